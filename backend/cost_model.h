@@ -1,0 +1,36 @@
+// Analytical roofline cost model: each part of a step takes the longer of its bytes over
+// memory bandwidth and its FLOPs over the matrix rate. The formula is written out in
+// reports/stage1-continuous-batching/design.md.
+#pragma once
+#include <memory>
+
+#include "backend/executor.h"
+#include "backend/specs.h"
+
+namespace tandem {
+
+class AnalyticalCostModel final : public cost_model_i {
+ public:
+  AnalyticalCostModel(const ModelSpec& m, const HardwareSpec& hw);
+  StepCost estimate(const StepPlan& plan) const override;
+
+ private:
+  ModelSpec m_;
+  HardwareSpec hw_;
+  double linear_flops_per_token_, lm_head_flops_per_sample_, weight_bytes_;
+  double kv_bytes_per_token_, attn_flops_per_pair_, act_bytes_per_token_;
+};
+
+// Simulated-time executor: asks a cost model how long the plan takes; samples nothing.
+class SimExecutor final : public executor_i {
+ public:
+  explicit SimExecutor(std::unique_ptr<cost_model_i> model) : model_(std::move(model)) {}
+  StepResult execute(const StepPlan& plan) override;
+  std::string name() const override { return "sim"; }
+  bool simulated() const override { return true; }
+
+ private:
+  std::unique_ptr<cost_model_i> model_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,62 @@
+#include "backend/specs.h"
+
+#include <array>
+
+namespace tandem {
+
+int32_t ModelSpec::dtype_bytes() const {
+  if (dtype == "fp32") return 4;
+  if (dtype == "fp8") return 1;
+  return 2;  // bf16, fp16
+}
+
+double ModelSpec::linear_params() const {
+  const double h = hidden, q = double(heads) * head_dim(), kv = double(kv_heads) * head_dim();
+  const double attn = h * q + 2.0 * h * kv + q * h;
+  const double mlp = 3.0 * h * ffn;
+  return layers * (attn + mlp);
+}
+
+namespace {
+
+const std::array kModels = {
+    // Llama-3-8B shape (Meta's config.json: 32 layers, 4096 hidden, 32/8 heads, 14336 ffn).
+    ModelSpec{"llama3-8b", 32, 4096, 32, 8, 14336, 128256, "bf16", 8192},
+    // Llama-2-7B shape (the model of the Vidur comparison in stage 1's report).
+    ModelSpec{"llama2-7b", 32, 4096, 32, 32, 11008, 32000, "fp16", 4096},
+    // Small shapes for the CPU reference backend.
+    ModelSpec{"tiny", 4, 256, 8, 4, 688, 4096, "fp32", 2048},
+};
+
+const std::array kHardware = {
+    // Bandwidth and GEMM rate measured on an H200 of this workplace (device copy 4.3 TB/s,
+    // dense bf16 GEMM ~788 TFLOP/s on random data); memory is the datasheet's 141 GB; the
+    // per-step overhead is an assumption until a calibrated profile replaces it.
+    HardwareSpec{"h200", 788e12, 4.3e12, 150e-6, 141e9,
+                 "measured: 4.3 TB/s copy, 788 TFLOP/s bf16 GEMM; datasheet: 141 GB; assumed: 150 us/step"},
+    // The vendor's datasheet figures for the H200 SXM, for comparison.
+    HardwareSpec{"h200-datasheet", 989e12, 4.8e12, 150e-6, 141e9,
+                 "datasheet: 989 TFLOP/s dense bf16, 4.8 TB/s, 141 GB; assumed: 150 us/step"},
+};
+
+template <class Arr>
+std::string names(const Arr& a) {
+  std::string s;
+  for (const auto& x : a) s.append(s.empty() ? "" : ", ").append(x.name);
+  return s;
+}
+
+}  // namespace
+
+std::optional<ModelSpec> model_preset(const std::string& name) {
+  for (const auto& m : kModels) if (m.name == name) return m;
+  return std::nullopt;
+}
+std::optional<HardwareSpec> hardware_preset(const std::string& name) {
+  for (const auto& h : kHardware) if (h.name == name) return h;
+  return std::nullopt;
+}
+std::string model_preset_names() { return names(kModels); }
+std::string hardware_preset_names() { return names(kHardware); }
+
+}  // namespace tandem

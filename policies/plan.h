@@ -1,0 +1,48 @@
+// The step: what the scheduler hands to an executor, and what comes back.
+// Requests are referred to by id so a plan can be logged, replayed and diffed.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sim/request.h"
+#include "sim/time.h"
+
+namespace tandem {
+
+struct ScheduledSeq {
+  ReqId id = 0;
+  int32_t n_tokens = 0;           // tokens computed this step, starting at n_computed_before
+  int32_t n_computed_before = 0;  // tokens already in the KV cache (the context)
+  bool samples = false;           // this step reaches the end of the sequence: sample a token
+  std::span<const int32_t> block_table;  // KV block ids; valid until the scheduler next mutates
+};
+
+struct StepPlan {
+  std::vector<ScheduledSeq> seqs;
+  int32_t n_tokens = 0;       // == sum of seqs[i].n_tokens
+  int32_t n_prefill_seqs = 0; // seqs still in their prompt (n_computed_before < prompt_len)
+  int32_t n_decode_seqs = 0;
+  int32_t n_samples = 0;
+  void clear() {
+    seqs.clear();
+    n_tokens = n_prefill_seqs = n_decode_seqs = n_samples = 0;
+  }
+  bool empty() const { return seqs.empty(); }
+};
+
+// Where a step's time went (cost models fill it; real backends may leave it zero). Seconds.
+struct StepCost {
+  double gemm_s = 0;       // linear layers and LM head
+  double attention_s = 0;  // attention over the KV cache
+  double overhead_s = 0;   // fixed per-step cost
+  double total_s() const { return gemm_s + attention_s + overhead_s; }
+};
+
+struct StepResult {
+  Duration elapsed = 0;
+  StepCost cost;
+  std::vector<Token> sampled;  // one per seq with samples, in plan order; empty in simulated time
+};
+
+}  // namespace tandem

@@ -1,0 +1,79 @@
+// The scheduler: one loop, knobs per stage. Each step it decides how many tokens every
+// request advances, within the token budget, max_num_seqs and the KV cache, and returns
+// that plan. It never knows which executor runs the plan.
+//
+//   static      admit a batch only when nothing runs; the batch leaves together
+//   continuous  requests join and leave at every step; a finished request frees its
+//               blocks at once
+//
+// Plan, then apply: schedule() chooses and allocates the KV the step needs; complete_step()
+// applies the step's outcome (tokens computed, tokens sampled, requests that leave).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "policies/kv_cache.h"
+#include "policies/plan.h"
+#include "sim/request.h"
+
+namespace tandem {
+
+enum class BatchingPolicy : uint8_t { Static, Continuous };
+std::string_view to_string(BatchingPolicy p);
+
+struct SchedulerConfig {
+  BatchingPolicy policy = BatchingPolicy::Continuous;
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 8192;  // per-step token budget
+  int32_t max_model_len = 8192;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, KvCache& kv);
+
+  // A request arrives. Returns false if it failed at once (reason set on the request):
+  // a request that can never be served must not wait forever.
+  bool add_request(ReqId id, Time now);
+  // Cancel a live request. A request inside the in-flight step leaves when the step ends.
+  // Returns true if it left now.
+  bool cancel(ReqId id, Time now);
+
+  // Plan the next step. Empty plan: nothing to run. While a plan is in flight, returns empty.
+  const StepPlan& schedule(Time now);
+  // Apply the in-flight step's outcome at time `now`. Returns the requests that left
+  // (finished or cancelled), valid until the next call.
+  std::span<const ReqId> complete_step(Time now);
+
+  bool in_flight() const { return in_flight_; }
+  const StepPlan& current_plan() const { return plan_; }
+  int32_t num_waiting() const { return num_waiting_; }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  std::span<const ReqId> running() const { return running_; }
+  const KvCache& kv() const { return kv_; }
+  const SchedulerConfig& config() const { return cfg_; }
+
+ private:
+  void schedule_running();
+  void admit_waiting(Time now);
+  void leave(Request& r, RequestStatus status, Time now);
+  ReqId front_waiting();
+  bool done_generating(const Request& r) const { return r.generated >= r.max_output; }
+
+  SchedulerConfig cfg_;
+  std::span<Request> reqs_;
+  KvCache& kv_;
+  std::deque<ReqId> waiting_;       // FCFS; may hold cancelled ids, skipped lazily
+  int32_t num_waiting_ = 0;         // live entries of waiting_
+  std::vector<ReqId> running_;      // admission order
+  std::vector<uint8_t> cancel_pending_;  // by ReqId: cancel arrived while the step was in flight
+  StepPlan plan_;
+  int32_t budget_left_ = 0;
+  bool in_flight_ = false;
+  std::vector<ReqId> left_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,118 @@
+// A workload file, resolved: every field has a value, either from the file, a --set
+// override, or a documented default. Parsing errors name file:line:column and the field.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/specs.h"
+#include "policies/scheduler.h"
+
+namespace tandem {
+
+// Bad input: the CLI turns this into exit status 2 with the message.
+class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A length (or delay) distribution. Values are rounded to integers where lengths are drawn.
+struct DistSpec {
+  enum class Kind { Fixed, Uniform, Lognormal, Mixture, Empirical } kind = Kind::Fixed;
+  double value = 0;               // fixed
+  double min = 1, max = 1e18;     // uniform bounds; clamps for lognormal
+  double median = 0, sigma = 0;   // lognormal (median = e^mu)
+  struct Component;
+  std::vector<Component> components;  // mixture (weights need not sum to 1)
+  std::string path, column;            // empirical: a CSV file and the column to draw from
+  std::vector<double> samples;         // empirical: loaded values
+};
+
+struct DistSpec::Component {
+  double weight = 1;
+  DistSpec dist;
+};
+
+struct ArrivalSpec {
+  enum class Kind { Poisson, Gamma, Constant, Burst } kind = Kind::Poisson;
+  double rate = 1.0;      // requests per second (poisson, gamma, constant)
+  double cv = 1.0;        // gamma: coefficient of variation of inter-arrival times
+  int64_t burst_size = 0; // burst: requests per burst (0: all at once)
+  double interval_s = 0;  // burst: time between bursts
+};
+
+struct SharedPrefixSpec {
+  int32_t groups = 0;     // 0: off
+  DistSpec prefix_len;    // leading tokens shared by a group (capped at the prompt length)
+  double fraction = 1.0;  // share of requests that belong to some group
+};
+
+struct CancelSpec {
+  struct At { int64_t request; double at_s; };
+  std::vector<At> explicit_cancels;  // request index (arrival order) and absolute time
+  double fraction = 0;               // or: this share of requests, cancelled after a delay
+  DistSpec after_s;                  // delay after arrival, seconds
+};
+
+struct TraceSpec {
+  enum class Format { Azure, Mooncake, Vidur } format = Format::Azure;
+  std::string path;
+  double time_scale = 1.0;   // multiplies every arrival offset
+  double rate_scale = 1.0;   // divides every arrival offset (2 = twice the request rate)
+  double start_s = 0;        // skip requests before this offset
+  double duration_s = 0;     // 0: to the end
+  int64_t limit = 0;         // 0: all rows
+  int32_t hash_block_size = 512;  // Mooncake: tokens per hash id
+};
+
+struct RequestsSpec {
+  std::optional<TraceSpec> trace;  // trace replay, or the synthetic generator below
+  int64_t count = 0;
+  ArrivalSpec arrival;
+  DistSpec prompt_len, output_len;
+  SharedPrefixSpec shared_prefix;
+  CancelSpec cancel;
+};
+
+struct EngineSpec {
+  BatchingPolicy policy = BatchingPolicy::Continuous;
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 8192;
+  int32_t block_size = 16;
+  int64_t num_kv_blocks = 0;             // 0: derived from kv_memory_gb or device memory
+  double kv_memory_gb = 0;               // 0: derived from device memory
+  double gpu_memory_utilization = 0.9;   // share of device memory for weights + KV
+  int32_t state_slots = -1;              // hybrid models: per-sequence state slots; -1: none
+  int32_t resolved_kv_blocks = 0;        // what the run uses (set by resolve)
+};
+
+struct SloSpec {
+  double ttft_ms = 0;  // 0: no bound
+  double tpot_ms = 0;
+  bool any() const { return ttft_ms > 0 || tpot_ms > 0; }
+};
+
+struct Workload {
+  std::string path;  // the file it came from
+  std::string name;
+  uint64_t seed = 0;
+  ModelSpec model;
+  HardwareSpec hardware;
+  EngineSpec engine;
+  RequestsSpec requests;
+  SloSpec slo;
+};
+
+struct Override { std::string key, value; };
+
+// Parse and check a workload file, applying `--set key=value` overrides first.
+// Throws InputError with file:line:column and the field.
+Workload load_workload(const std::string& path, const std::vector<Override>& overrides = {});
+Workload parse_workload(const std::string& yaml_text, const std::string& path,
+                        const std::vector<Override>& overrides = {});
+// The resolved configuration as YAML (what `tandem validate` prints).
+std::string to_yaml(const Workload& w);
+
+}  // namespace tandem

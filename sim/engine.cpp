@@ -1,0 +1,114 @@
+#include "sim/engine.h"
+
+#include <chrono>
+#include <fmt/format.h>
+#include <stdexcept>
+
+
+namespace tandem {
+
+namespace {
+SchedulerConfig scheduler_config(const Workload& w) {
+  return {w.engine.policy, w.engine.max_num_seqs, w.engine.max_num_batched_tokens, w.model.max_model_len};
+}
+}  // namespace
+
+Engine::Engine(const Workload& w, RequestSet requests, executor_i& executor, Clock& clock)
+    : w_(w),
+      set_(std::move(requests)),
+      exec_(executor),
+      clock_(clock),
+      kv_(w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.state_slots, int32_t(set_.requests.size())),
+      sched_(scheduler_config(w), set_.requests, kv_) {
+  if (!exec_.simulated()) outputs_.resize(set_.requests.size());
+}
+
+void Engine::post_next_arrival() {
+  // Arrivals are sorted: only the next one sits in the queue, which keeps the heap small.
+  if (next_arrival_ < set_.requests.size()) {
+    const Request& r = set_.requests[next_arrival_];
+    events_.post(r.arrival, Arrival{r.id});
+    ++next_arrival_;
+  }
+}
+
+Summary Engine::run() {
+  const auto wall_start = std::chrono::steady_clock::now();
+  for (const Request& r : set_.requests)
+    if (r.cancel_at != kNever) events_.post(r.cancel_at, Cancel{r.id});
+  post_next_arrival();
+  while (!events_.empty()) {
+    TimedEvent e = events_.pop();
+    clock_.advance_to(e.time);
+    now_ = e.time;
+    std::visit([this](const auto& ev) { on(ev); }, e.event);
+    // Take in everything that happens at this instant before planning the next step.
+    if (events_.empty() || events_.top().time > now_) start_step_if_idle();
+  }
+  int64_t lost = 0;
+  for (const Request& r : set_.requests) lost += r.alive();
+  if (lost > 0 || sched_.in_flight())
+    throw std::runtime_error(fmt::format("engine: {} request(s) neither finished, cancelled nor failed at the end of the run (lost event)", lost));
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  Summary s = metrics_.summarize(set_.requests, w_, exec_.name(), wall_s);
+  s.sim_s = to_seconds(now_);
+  return s;
+}
+
+void Engine::on(const Arrival& e) {
+  post_next_arrival();
+  Request& r = set_.requests[size_t(e.id)];
+  if (!r.alive()) return;  // cancelled before it arrived
+  if (!sched_.add_request(e.id, now_)) done(r);
+}
+
+void Engine::on(const Cancel& e) {
+  Request& r = set_.requests[size_t(e.id)];
+  if (r.status == RequestStatus::Pending) {  // cancelled before arrival: ends at its arrival
+    r.status = RequestStatus::Cancelled;
+    r.finish = r.arrival;
+    done(r);
+    return;
+  }
+  if (sched_.cancel(e.id, now_)) done(r);
+}
+
+void Engine::on(const TransferDone&) { throw std::logic_error("TransferDone: PD separation is not built yet"); }
+
+void Engine::on(const StepDone&) {
+  const StepPlan& plan = sched_.current_plan();
+  size_t k = 0;
+  for (const ScheduledSeq& s : plan.seqs) {
+    if (!s.samples) continue;
+    Request& r = set_.requests[size_t(s.id)];
+    metrics_.on_token(r, now_);
+    if (!outputs_.empty() && k < inflight_result_.sampled.size()) outputs_[size_t(s.id)].push_back(inflight_result_.sampled[k]);
+    ++k;
+  }
+  for (RunObserver* o : observers_) o->on_step(inflight_);
+  for (ReqId id : sched_.complete_step(now_)) done(set_.requests[size_t(id)]);
+}
+
+void Engine::start_step_if_idle() {
+  if (sched_.in_flight()) return;
+  const StepPlan& plan = sched_.schedule(now_);
+  if (plan.empty()) return;
+  inflight_result_ = exec_.execute(plan);
+  inflight_.index = steps_++;
+  inflight_.start = now_;
+  inflight_.elapsed = inflight_result_.elapsed;
+  inflight_.plan = &plan;
+  inflight_.cost = inflight_result_.cost;
+  inflight_.kv_used = kv_.used_blocks();
+  inflight_.kv_capacity = kv_.num_blocks();
+  inflight_.waiting = sched_.num_waiting();
+  inflight_.running = sched_.num_running();
+  metrics_.on_step(now_, inflight_.elapsed, inflight_.kv_used, inflight_.kv_capacity);
+  events_.post(now_ + inflight_.elapsed, StepDone{0});
+}
+
+void Engine::done(const Request& r) {
+  for (RunObserver* o : observers_) o->on_request_done(r);
+}
+
+}  // namespace tandem

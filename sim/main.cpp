@@ -1,0 +1,109 @@
+// tandem: the command line. Exit status: 0 ok, 2 bad input, 1 failure at run time.
+#include <fmt/format.h>
+
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <memory>
+
+#include "backend/cost_model.h"
+#include "sim/compare.h"
+#include "sim/config.h"
+#include "sim/engine.h"
+#include "sim/outputs.h"
+
+namespace po = boost::program_options;
+using namespace tandem;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage:\n"
+    "  tandem run WORKLOAD.yaml [--backend sim] [--set KEY=VALUE ...] [--out DIR] [--quiet]\n"
+    "  tandem validate WORKLOAD.yaml [--set KEY=VALUE ...]\n"
+    "  tandem compare RUN_DIR_A RUN_DIR_B\n";
+
+std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
+  std::vector<Override> out;
+  for (const auto& s : sets) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) throw InputError(fmt::format("--set {}: expected KEY=VALUE", s));
+    out.push_back({s.substr(0, eq), s.substr(eq + 1)});
+  }
+  return out;
+}
+
+int cmd_run(const std::vector<std::string>& args, bool validate_only) {
+  po::options_description opts("options");
+  opts.add_options()("workload", po::value<std::string>(), "workload YAML")(
+      "backend", po::value<std::string>()->default_value("sim"), "sim (cost model); cpu and cuda arrive with later stages")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override a workload key: --set engine.max_num_seqs=8")(
+      "out", po::value<std::string>(), "write summary.json, requests.csv, steps.csv, trace.json here")(
+      "quiet", po::bool_switch(), "no summary table on stdout");
+  po::positional_options_description pos;
+  pos.add("workload", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
+  po::notify(vm);
+  if (!vm.count("workload")) throw InputError(std::string("missing WORKLOAD.yaml\n") + kUsage);
+  const auto sets = vm.count("set") ? parse_sets(vm["set"].as<std::vector<std::string>>()) : std::vector<Override>{};
+  const Workload w = load_workload(vm["workload"].as<std::string>(), sets);
+  if (validate_only) {
+    RequestSet rs = generate_requests(w);  // also checks trace and length files
+    std::cout << to_yaml(w) << "# " << rs.requests.size() << " requests\n";
+    return 0;
+  }
+  const std::string backend = vm["backend"].as<std::string>();
+  if (backend != "sim")
+    throw InputError(fmt::format("--backend {}: not available in this build (only 'sim' so far; the CPU and CUDA "
+                                 "backends arrive with their own stages)", backend));
+  RequestSet rs = generate_requests(w);
+  SimExecutor exec(std::make_unique<AnalyticalCostModel>(w.model, w.hardware));
+  VirtualClock clock;
+  Engine engine(w, std::move(rs), exec, clock);
+  std::unique_ptr<RunOutputs> outputs;
+  if (vm.count("out")) {
+    outputs = std::make_unique<RunOutputs>(vm["out"].as<std::string>());
+    engine.add_observer(outputs.get());
+  }
+  Summary s;
+  {
+    ProgressReporter progress(int64_t(engine.requests().size()));
+    engine.add_observer(&progress);
+    s = engine.run();
+  }
+  if (outputs) outputs->finish(engine, s, w);
+  if (!vm["quiet"].as<bool>()) print_summary(std::cout, s);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  const std::vector<std::string> rest(argv + 2, argv + argc);
+  try {
+    if (cmd == "run" || cmd == "validate") return cmd_run(rest, cmd == "validate");
+    if (cmd == "compare") {
+      if (rest.size() != 2) throw InputError(std::string("compare takes two run folders\n") + kUsage);
+      return compare_runs(rest[0], rest[1], std::cout);
+    }
+    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    throw InputError(fmt::format("unknown command '{}'\n{}", cmd, kUsage));
+  } catch (const InputError& e) {
+    std::cerr << "tandem: " << e.what() << "\n";
+    return 2;
+  } catch (const po::error& e) {
+    std::cerr << "tandem: " << e.what() << "\n" << kUsage;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tandem: run failed: " << e.what() << "\n";
+    return 1;
+  }
+}

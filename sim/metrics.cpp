@@ -1,0 +1,174 @@
+#include "sim/metrics.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <fstream>
+
+namespace tandem {
+
+Percentiles percentiles(std::vector<double>& v) {
+  Percentiles p;
+  p.n = int64_t(v.size());
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  p.mean = sum / double(v.size());
+  auto rank = [&](double q) { return v[std::max<size_t>(1, size_t(std::ceil(q / 100.0 * double(v.size())))) - 1]; };
+  p.p50 = rank(50);
+  p.p90 = rank(90);
+  p.p99 = rank(99);
+  return p;
+}
+
+size_t LogHistogram::bucket(int64_t v) {
+  if (v < kSub) return size_t(std::max<int64_t>(v, 0));  // exact below kSub
+  const int e = 63 - std::countl_zero(uint64_t(v));       // v in [2^e, 2^(e+1))
+  const int shift = e - 8;                                 // log2(kSub) == 8
+  const size_t sub = size_t(uint64_t(v) >> shift) - kSub;  // 0..kSub-1
+  return size_t(e - 7) * kSub + sub;
+}
+
+double LogHistogram::midpoint(size_t b) {
+  if (b < kSub) return double(b);
+  const int e = int(b / kSub) + 7, shift = e - 8;
+  const double lo = double((uint64_t(b % kSub) + kSub) << shift);
+  return lo + double(uint64_t(1) << shift) / 2.0;
+}
+
+void LogHistogram::add(int64_t v) {
+  ++counts_[bucket(v)];
+  ++count_;
+  sum_ += double(v);
+}
+
+double LogHistogram::percentile(double p) const {
+  if (count_ == 0) return 0;
+  const int64_t rank = std::max<int64_t>(1, int64_t(std::ceil(p / 100.0 * double(count_))));
+  int64_t seen = 0;
+  for (size_t b = 0; b < counts_.size(); ++b) {
+    seen += counts_[b];
+    if (seen >= rank) return midpoint(b);
+  }
+  return midpoint(counts_.size() - 1);
+}
+
+std::vector<LogHistogram::Bucket> LogHistogram::buckets() const {
+  std::vector<Bucket> out;
+  for (size_t b = 0; b < counts_.size(); ++b) {
+    if (counts_[b] == 0) continue;
+    if (b < kSub) {
+      out.push_back({int64_t(b), int64_t(b) + 1, counts_[b]});
+    } else {
+      const int e = int(b / kSub) + 7, shift = e - 8;
+      const int64_t lo = int64_t((uint64_t(b % kSub) + kSub) << shift);
+      out.push_back({lo, lo + (int64_t(1) << shift), counts_[b]});
+    }
+  }
+  return out;
+}
+
+void MetricsRecorder::on_token(Request& r, Time now) {
+  if (r.first_token == kNever) {
+    r.first_token = now;
+  } else {
+    const Duration itl = now - r.last_token;
+    itl_.add(itl);
+    // Welford's update over this request's ITLs (k-th gap: generated-1 gaps so far incl. this).
+    const double k = double(r.generated);  // generated counts tokens before this one
+    const double d = double(itl) - r.itl_mean_ns;
+    r.itl_mean_ns += d / k;
+    r.itl_m2 += d * (double(itl) - r.itl_mean_ns);
+    r.itl_max = std::max(r.itl_max, itl);
+  }
+  r.last_token = now;
+}
+
+void MetricsRecorder::on_step(Time start, Duration elapsed, int32_t used, int32_t capacity) {
+  const double u = capacity > 0 ? double(used) / capacity : 0.0;
+  kv_used_time_ += u * double(elapsed);
+  busy_time_ += double(elapsed);
+  kv_peak_ = std::max(kv_peak_, u);
+  ++steps_;
+  last_step_end_ = std::max(last_step_end_, start + elapsed);
+}
+
+Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload& w, const std::string& backend,
+                                   double wall_s) const {
+  Summary s;
+  s.workload = w.name;
+  s.policy = std::string(to_string(w.engine.policy));
+  s.backend = backend;
+  s.total = int64_t(reqs.size());
+  std::vector<double> ttft, tpot, e2e, queue;
+  Time first_arrival = kNever, last_finish = 0;
+  double out_tokens = 0, all_tokens = 0, jitter_sum = 0;
+  int64_t jitter_n = 0, good = 0;
+  for (const Request& r : reqs) {
+    first_arrival = std::min(first_arrival, r.arrival);
+    if (r.finish != kNever) last_finish = std::max(last_finish, r.finish);
+    if (r.status == RequestStatus::Failed) {
+      ++s.failed;
+      ++s.failed_by_reason[std::string(to_string(r.fail_reason))];
+      continue;
+    }
+    if (r.status == RequestStatus::Cancelled) {
+      ++s.cancelled;
+      continue;
+    }
+    if (r.status != RequestStatus::Finished) continue;
+    ++s.finished;
+    const double t_ttft = to_ms(r.first_token - r.arrival);
+    const double t_tpot = r.generated > 1 ? to_ms(r.last_token - r.first_token) / (r.generated - 1) : 0.0;
+    ttft.push_back(t_ttft);
+    if (r.generated > 1) tpot.push_back(t_tpot);
+    e2e.push_back(to_ms(r.finish - r.arrival));
+    queue.push_back(to_ms(r.first_scheduled - r.arrival));
+    out_tokens += r.generated;
+    all_tokens += double(r.prompt_len) + r.generated;
+    if (r.generated > 2) {
+      jitter_sum += std::sqrt(r.itl_m2 / double(r.generated - 1)) * 1e-6;
+      ++jitter_n;
+    }
+    const bool ok = (w.slo.ttft_ms <= 0 || t_ttft <= w.slo.ttft_ms) && (w.slo.tpot_ms <= 0 || t_tpot <= w.slo.tpot_ms);
+    good += ok;
+  }
+  s.ttft_ms = percentiles(ttft);
+  s.tpot_ms = percentiles(tpot);
+  s.e2e_ms = percentiles(e2e);
+  s.queue_ms = percentiles(queue);
+  s.itl_ms = {itl_.mean() * 1e-6, itl_.percentile(50) * 1e-6, itl_.percentile(90) * 1e-6, itl_.percentile(99) * 1e-6,
+              itl_.count()};
+  s.itl_histogram_ns = itl_.buckets();
+  s.jitter_ms = jitter_n ? jitter_sum / double(jitter_n) : 0.0;
+  s.makespan_s = first_arrival != kNever && last_finish > first_arrival ? to_seconds(last_finish - first_arrival) : 0.0;
+  if (s.makespan_s > 0) {
+    s.requests_per_s = double(s.finished) / s.makespan_s;
+    s.output_tokens_per_s = out_tokens / s.makespan_s;
+    s.total_tokens_per_s = all_tokens / s.makespan_s;
+    s.goodput_requests_per_s = double(good) / s.makespan_s;
+  }
+  s.goodput_fraction = s.finished ? double(good) / double(s.finished) : 0.0;
+  s.has_slo = w.slo.any();
+  s.slo_ttft_ms = w.slo.ttft_ms;
+  s.slo_tpot_ms = w.slo.tpot_ms;
+  s.kv_blocks = w.engine.resolved_kv_blocks;
+  s.kv_mean_util = busy_time_ > 0 ? kv_used_time_ / busy_time_ : 0.0;
+  s.kv_peak_util = kv_peak_;
+  s.steps = steps_;
+  s.sim_s = to_seconds(last_step_end_);
+  s.wall_s = wall_s;
+  s.peak_rss_kb = peak_rss_kb();
+  return s;
+}
+
+int64_t peak_rss_kb() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  return 0;
+}
+
+}  // namespace tandem

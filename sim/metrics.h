@@ -1,0 +1,85 @@
+// Latency and throughput metrics of a run. Per-request values (TTFT, TPOT, E2E) are exact;
+// inter-token latencies go to a log-bucketed histogram (relative error <= 0.4%), so a run
+// of a million requests needs no per-token storage.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/config.h"
+#include "sim/request.h"
+
+namespace tandem {
+
+struct Percentiles {
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0;
+  int64_t n = 0;
+};
+
+// Nearest-rank percentiles (value at rank ceil(p/100 * n)); sorts `v` in place.
+Percentiles percentiles(std::vector<double>& v);
+
+class LogHistogram {
+ public:
+  void add(int64_t v);
+  int64_t count() const { return count_; }
+  double mean() const { return count_ ? sum_ / double(count_) : 0.0; }
+  // Nearest-rank percentile; returns the bucket's midpoint.
+  double percentile(double p) const;
+  // Non-empty buckets as (lower bound, upper bound, count), for plots.
+  struct Bucket { int64_t lo, hi, count; };
+  std::vector<Bucket> buckets() const;
+
+ private:
+  static constexpr int kSub = 256;  // sub-buckets per power of two
+  static size_t bucket(int64_t v);
+  static double midpoint(size_t b);
+  std::vector<int64_t> counts_ = std::vector<int64_t>(64 * kSub, 0);
+  int64_t count_ = 0;
+  double sum_ = 0;
+};
+
+struct Summary {
+  std::string workload, policy, backend;
+  Percentiles ttft_ms, tpot_ms, itl_ms, e2e_ms, queue_ms;
+  std::vector<LogHistogram::Bucket> itl_histogram_ns;
+  double requests_per_s = 0, output_tokens_per_s = 0, total_tokens_per_s = 0;
+  int64_t total = 0, finished = 0, failed = 0, cancelled = 0;
+  std::map<std::string, int64_t> failed_by_reason;
+  double jitter_ms = 0;  // mean over requests of the standard deviation of their ITLs
+  double prefix_hit_rate = 0;
+  int64_t prefix_hit_tokens = 0, prefix_queried_tokens = 0;
+  double kv_mean_util = 0, kv_peak_util = 0;  // time-weighted mean and peak of blocks in use
+  int64_t kv_blocks = 0;
+  bool has_slo = false;
+  double slo_ttft_ms = 0, slo_tpot_ms = 0;
+  double goodput_requests_per_s = 0, goodput_fraction = 0;
+  int64_t steps = 0;
+  double sim_s = 0, wall_s = 0, makespan_s = 0;
+  int64_t peak_rss_kb = 0;
+};
+
+class MetricsRecorder {
+ public:
+  // A token of `r` was sampled at `now`.
+  void on_token(Request& r, Time now);
+  // A step ran from `start` for `elapsed`, with `used` of `capacity` KV blocks in use.
+  void on_step(Time start, Duration elapsed, int32_t used, int32_t capacity);
+  Summary summarize(std::span<const Request> reqs, const Workload& w, const std::string& backend, double wall_s) const;
+
+ private:
+  LogHistogram itl_;
+  double kv_used_time_ = 0;  // sum of used/capacity * elapsed
+  double busy_time_ = 0;
+  double kv_peak_ = 0;
+  int64_t steps_ = 0;
+  Time last_step_end_ = 0;
+};
+
+// Peak resident set size of this process, in KiB (Linux: VmHWM).
+int64_t peak_rss_kb();
+
+}  // namespace tandem

@@ -1,0 +1,121 @@
+#include "sim/traces.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "sim/csv.h"
+
+namespace tandem {
+
+namespace {
+int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {  // H. Hinnant's algorithm
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const unsigned yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<int64_t>(doe) - 719468;
+}
+
+int64_t length_field(const CsvFile& csv, const std::vector<std::string>& row, size_t col) {
+  const double v = csv.number(row, col, 0, 1e9);
+  if (v != std::floor(v)) csv.fail(col, fmt::format("expected a whole number of tokens, got '{}'", row[col]));
+  return static_cast<int64_t>(v);
+}
+
+size_t need_column(const CsvFile& csv, const char* name) {
+  const size_t c = csv.column_index(name);
+  if (c == CsvFile::npos)
+    throw InputError(fmt::format("{}:1: missing column '{}' (header: {})", csv.path(), name, csv.header_text()));
+  return c;
+}
+
+std::vector<TraceRow> read_csv_trace(const TraceSpec& t) {
+  const bool azure = t.format == TraceSpec::Format::Azure;
+  CsvFile csv(t.path);
+  const size_t c_t = need_column(csv, azure ? "TIMESTAMP" : "arrived_at");
+  const size_t c_in = need_column(csv, azure ? "ContextTokens" : "num_prefill_tokens");
+  const size_t c_out = need_column(csv, azure ? "GeneratedTokens" : "num_decode_tokens");
+  std::vector<TraceRow> rows;
+  std::vector<std::string> row;
+  double first = 0;
+  while (csv.next(row)) {
+    double ts = 0;
+    if (azure) {
+      if (!parse_timestamp(row[c_t], ts)) csv.fail(c_t, fmt::format("expected 'YYYY-MM-DD HH:MM:SS.fff', got '{}'", row[c_t]));
+    } else {
+      ts = csv.number(row, c_t, 0, 1e12);
+    }
+    if (rows.empty()) first = ts;
+    rows.push_back({ts - first, length_field(csv, row, c_in), length_field(csv, row, c_out)});
+  }
+  return rows;
+}
+
+std::vector<TraceRow> read_mooncake(const TraceSpec& t, std::vector<int64_t>& pool) {
+  std::ifstream in(t.path);
+  if (!in) throw InputError(fmt::format("{}: cannot open file", t.path));
+  std::vector<TraceRow> rows;
+  std::string line;
+  int64_t lineno = 0;
+  double first = 0;
+  auto fail = [&](const char* field, const std::string& what) {
+    throw InputError(fmt::format("{}:{}: field '{}': {}", t.path, lineno, field, what));
+  };
+  auto number = [&](const nlohmann::json& j, const char* field, bool integral) -> double {
+    if (!j.contains(field)) fail(field, "missing");
+    const auto& v = j[field];
+    if (!v.is_number()) fail(field, fmt::format("expected a number, got {}", v.dump()));
+    const double d = v.get<double>();
+    if (d < 0 || (integral && d != std::floor(d))) fail(field, fmt::format("expected a non-negative {}, got {}", integral ? "integer" : "number", v.dump()));
+    return d;
+  };
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InputError(fmt::format("{}:{}: invalid JSON: {}", t.path, lineno, e.what()));
+    }
+    if (!j.is_object()) throw InputError(fmt::format("{}:{}: expected a JSON object", t.path, lineno));
+    const double ts = number(j, "timestamp", false) / 1000.0;
+    TraceRow r{0, static_cast<int64_t>(number(j, "input_length", true)), static_cast<int64_t>(number(j, "output_length", true))};
+    if (rows.empty()) first = ts;
+    r.t_s = ts - first;
+    if (j.contains("hash_ids")) {
+      const auto& h = j["hash_ids"];
+      if (!h.is_array()) fail("hash_ids", "expected a list of integers");
+      r.hash_begin = static_cast<uint32_t>(pool.size());
+      for (const auto& x : h) {
+        if (!x.is_number_integer()) fail("hash_ids", fmt::format("expected integers, got {}", x.dump()));
+        pool.push_back(x.get<int64_t>());
+      }
+      r.hash_count = static_cast<uint32_t>(h.size());
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+}  // namespace
+
+bool parse_timestamp(const std::string& s, double& seconds) {
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, n = 0;
+  double sec = 0;
+  if (std::sscanf(s.c_str(), "%d-%d-%d %d:%d:%lf%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 ||
+      static_cast<size_t>(n) != s.size())
+    return false;
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 || sec < 0 || sec >= 61) return false;
+  seconds = static_cast<double>(days_from_civil(y, unsigned(mo), unsigned(d))) * 86400.0 + h * 3600.0 + mi * 60.0 + sec;
+  return true;
+}
+
+std::vector<TraceRow> read_trace(const TraceSpec& t, std::vector<int64_t>& hash_pool) {
+  return t.format == TraceSpec::Format::Mooncake ? read_mooncake(t, hash_pool) : read_csv_trace(t);
+}
+
+}  // namespace tandem

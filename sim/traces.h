@@ -1,0 +1,25 @@
+// Readers for public request traces (see ../shared/traces/README.md):
+//   azure     TIMESTAMP,ContextTokens,GeneratedTokens  (Azure LLM inference 2023)
+//   vidur     arrived_at,num_prefill_tokens,num_decode_tokens (seconds from start)
+//   mooncake  JSON lines {timestamp (ms), input_length, output_length, hash_ids}
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "sim/config.h"
+
+namespace tandem {
+
+struct TraceRow {
+  double t_s;  // offset from the trace's first request, before scaling
+  int64_t prompt_len, output_len;
+  uint32_t hash_begin = 0, hash_count = 0;  // into the hash pool (Mooncake)
+};
+
+// Reads the whole trace; errors name file:line and the field. Rows keep file order.
+std::vector<TraceRow> read_trace(const TraceSpec& t, std::vector<int64_t>& hash_pool);
+
+// "YYYY-MM-DD HH:MM:SS[.fraction]" to seconds since 1970 (no time zone: offsets are what matter).
+bool parse_timestamp(const std::string& s, double& seconds);
+
+}  // namespace tandem

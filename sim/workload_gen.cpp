@@ -1,0 +1,163 @@
+#include "sim/workload_gen.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "sim/rng.h"
+#include "sim/traces.h"
+
+namespace tandem {
+
+namespace {
+
+// Independent streams per aspect, so that changing (say) the output lengths leaves the
+// arrival times of the same seed untouched.
+enum Stream : uint64_t { kArrivals = 1, kPrompt, kOutput, kPrefix, kCancel, kTokens };
+Rng stream(uint64_t seed, Stream s) { return Rng(hash_combine(seed, s)); }
+
+double draw(const DistSpec& d, Rng& rng) {
+  switch (d.kind) {
+    case DistSpec::Kind::Fixed: return d.value;
+    case DistSpec::Kind::Uniform: return d.min + (d.max - d.min) * rng.uniform();
+    case DistSpec::Kind::Lognormal:
+      return std::clamp(d.median * std::exp(d.sigma * rng.normal()), d.min, d.max);
+    case DistSpec::Kind::Mixture: {
+      double total = 0;
+      for (const auto& c : d.components) total += c.weight;
+      double u = rng.uniform() * total;
+      for (const auto& c : d.components) {
+        if (u < c.weight) return draw(c.dist, rng);
+        u -= c.weight;
+      }
+      return draw(d.components.back().dist, rng);
+    }
+    case DistSpec::Kind::Empirical:
+      return d.samples[static_cast<size_t>(rng.uniform_int(0, int64_t(d.samples.size()) - 1))];
+  }
+  return 0;
+}
+
+int32_t as_length(double v) { return static_cast<int32_t>(std::clamp(std::llround(v), 0LL, static_cast<long long>(INT32_MAX))); }
+
+void synthetic(const Workload& w, RequestSet& set) {
+  const RequestsSpec& rs = w.requests;
+  const ArrivalSpec& a = rs.arrival;
+  Rng arr = stream(w.seed, kArrivals), pr = stream(w.seed, kPrompt), out = stream(w.seed, kOutput);
+  // Lengths drawn from the same file are drawn as pairs (same row): real prompts and
+  // outputs are correlated.
+  const bool paired = rs.prompt_len.kind == DistSpec::Kind::Empirical && rs.output_len.kind == DistSpec::Kind::Empirical &&
+                      rs.prompt_len.path == rs.output_len.path;
+  set.requests.resize(static_cast<size_t>(rs.count));
+  double t = 0;
+  const double gamma_shape = 1.0 / (a.cv * a.cv);
+  for (int64_t i = 0; i < rs.count; ++i) {
+    Request& r = set.requests[static_cast<size_t>(i)];
+    switch (a.kind) {
+      case ArrivalSpec::Kind::Poisson: t += arr.exponential(a.rate); break;
+      case ArrivalSpec::Kind::Gamma: t += arr.gamma(gamma_shape) / (a.rate * gamma_shape); break;
+      case ArrivalSpec::Kind::Constant: t = double(i) / a.rate; break;
+      case ArrivalSpec::Kind::Burst: t = a.burst_size > 0 ? double(i / a.burst_size) * a.interval_s : 0.0; break;
+    }
+    r.arrival = from_seconds(t);
+    if (paired) {
+      const size_t k = static_cast<size_t>(pr.uniform_int(0, int64_t(rs.prompt_len.samples.size()) - 1));
+      r.prompt_len = as_length(rs.prompt_len.samples[k]);
+      r.max_output = as_length(rs.output_len.samples[k]);
+    } else {
+      r.prompt_len = as_length(draw(rs.prompt_len, pr));
+      r.max_output = as_length(draw(rs.output_len, out));
+    }
+  }
+}
+
+void replay(const Workload& w, RequestSet& set) {
+  const TraceSpec& t = *w.requests.trace;
+  std::vector<int64_t> pool;
+  std::vector<TraceRow> rows = read_trace(t, pool);
+  // Traces are sorted by time; a stable sort keeps file order for ties if one is not.
+  std::stable_sort(rows.begin(), rows.end(), [](const TraceRow& x, const TraceRow& y) { return x.t_s < y.t_s; });
+  const double end = t.duration_s > 0 ? t.start_s + t.duration_s : INFINITY;
+  for (const TraceRow& row : rows) {
+    if (row.t_s < t.start_s || row.t_s >= end) continue;
+    if (t.limit > 0 && int64_t(set.requests.size()) >= t.limit) break;
+    Request r;
+    r.arrival = from_seconds((row.t_s - t.start_s) * t.time_scale / t.rate_scale);
+    r.prompt_len = static_cast<int32_t>(std::min<int64_t>(row.prompt_len, INT32_MAX));
+    r.max_output = static_cast<int32_t>(std::min<int64_t>(row.output_len, INT32_MAX));
+    r.hash_ids_begin = static_cast<uint32_t>(set.hash_ids.size());
+    r.hash_ids_count = row.hash_count;
+    set.hash_ids.insert(set.hash_ids.end(), pool.begin() + row.hash_begin, pool.begin() + row.hash_begin + row.hash_count);
+    set.requests.push_back(r);
+  }
+  if (t.format == TraceSpec::Format::Mooncake) set.hash_block_size = t.hash_block_size;
+  if (set.requests.empty())
+    throw InputError(fmt::format("{}: the trace window (start_s {}, duration_s {}) holds no request", t.path, t.start_s, t.duration_s));
+}
+
+void assign_prefix_groups(const Workload& w, RequestSet& set) {
+  const SharedPrefixSpec& sp = w.requests.shared_prefix;
+  if (sp.groups <= 0) return;
+  Rng rng = stream(w.seed, kPrefix);
+  std::vector<int32_t> group_len(static_cast<size_t>(sp.groups));
+  for (auto& g : group_len) g = std::max(1, as_length(draw(sp.prefix_len, rng)));
+  for (Request& r : set.requests) {
+    if (rng.uniform() >= sp.fraction) continue;
+    r.prefix_group = static_cast<int32_t>(rng.uniform_int(0, sp.groups - 1));
+    r.prefix_len = std::min(group_len[static_cast<size_t>(r.prefix_group)], r.prompt_len);
+  }
+}
+
+void assign_cancellations(const Workload& w, RequestSet& set) {
+  const CancelSpec& c = w.requests.cancel;
+  const int64_t n = int64_t(set.requests.size());
+  for (size_t i = 0; i < c.explicit_cancels.size(); ++i) {
+    const auto& e = c.explicit_cancels[i];
+    if (e.request >= n)
+      throw InputError(fmt::format("{}: field 'requests.cancel.at[{}].request': {} is beyond the last request ({})", w.path, i, e.request, n - 1));
+    Request& r = set.requests[static_cast<size_t>(e.request)];
+    r.cancel_at = std::min(r.cancel_at, from_seconds(e.at_s));
+  }
+  if (c.fraction <= 0) return;
+  Rng rng = stream(w.seed, kCancel);
+  for (Request& r : set.requests) {
+    if (rng.uniform() >= c.fraction) continue;
+    r.cancel_at = std::min(r.cancel_at, r.arrival + from_seconds(std::max(0.0, draw(c.after_s, rng))));
+  }
+}
+
+}  // namespace
+
+RequestSet generate_requests(const Workload& w) {
+  RequestSet set;
+  if (w.requests.trace) replay(w, set);
+  else synthetic(w, set);
+  // Arrival order defines ids; ties keep generation order.
+  std::stable_sort(set.requests.begin(), set.requests.end(), [](const Request& x, const Request& y) { return x.arrival < y.arrival; });
+  for (size_t i = 0; i < set.requests.size(); ++i) set.requests[i].id = static_cast<ReqId>(i);
+  assign_prefix_groups(w, set);
+  assign_cancellations(w, set);
+  return set;
+}
+
+Token PromptTokens::at(const Request& r, int32_t pos) const {
+  uint64_t h;
+  const int32_t hb = set_.hash_block_size;
+  if (hb > 0 && uint32_t(pos / hb) < r.hash_ids_count) {
+    h = hash_combine(hash_combine(seed_ ^ 0x6d6f6f6eULL, uint64_t(set_.hash_ids[r.hash_ids_begin + uint32_t(pos / hb)])), uint64_t(pos % hb));
+  } else if (r.prefix_group >= 0 && pos < r.prefix_len) {
+    h = hash_combine(hash_combine(seed_ ^ 0x67726f7570ULL, uint64_t(r.prefix_group)), uint64_t(pos));
+  } else {
+    h = hash_combine(hash_combine(seed_ ^ 0x72657175ULL, uint64_t(r.id)), uint64_t(pos));
+  }
+  return static_cast<Token>(h % uint64_t(vocab_));
+}
+
+void PromptTokens::fill(const Request& r, std::vector<Token>& out) const {
+  out.resize(static_cast<size_t>(r.prompt_len));
+  for (int32_t i = 0; i < r.prompt_len; ++i) out[static_cast<size_t>(i)] = at(r, i);
+}
+
+}  // namespace tandem

@@ -1,0 +1,138 @@
+#include "sim/yaml_reader.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "sim/config.h"
+
+namespace tandem {
+
+bool Field::from_override() const {
+  for (const auto& k : src_->override_keys)
+    if (path_ == k || path_.starts_with(k + ".") || path_.starts_with(k + "[")) return true;
+  return false;
+}
+
+std::string Field::where() const {
+  for (size_t i = 0; i < src_->override_keys.size(); ++i) {
+    const auto& k = src_->override_keys[i];
+    if (path_ == k || path_.starts_with(k + ".") || path_.starts_with(k + "["))
+      return fmt::format("{}: --set {}", src_->file, src_->override_texts[i]);
+  }
+  YAML::Mark m = node_.IsDefined() ? node_.Mark() : parent_mark_;
+  if (m.is_null()) m = parent_mark_;
+  if (m.is_null()) return src_->file;
+  return fmt::format("{}:{}:{}", src_->file, m.line + 1, m.column + 1);
+}
+
+void Field::fail(const std::string& what) const {
+  throw InputError(fmt::format("{}: field '{}': {}", where(), path_, what));
+}
+
+void Field::expect_map(std::initializer_list<const char*> allowed) const {
+  if (!node_.IsMap()) fail("expected a mapping");
+  for (const auto& kv : node_) {
+    const std::string key = kv.first.as<std::string>();
+    bool ok = false;
+    for (const char* a : allowed) ok = ok || key == a;
+    if (!ok) {
+      std::string known;
+      for (const char* a : allowed) known.append(known.empty() ? "" : ", ").append(a);
+      Field(kv.first, path_.empty() ? key : path_ + "." + key, src_, node_.Mark())
+          .fail(fmt::format("unknown field (known here: {})", known));
+    }
+  }
+}
+
+Field Field::operator[](const std::string& key) const {
+  YAML::Node child;
+  const YAML::Node& cnode = node_;  // const access never inserts
+  if (cnode.IsMap()) {
+    YAML::Node c = cnode[key];  // a missing key gives an invalid node: keep the null default
+    if (c.IsDefined()) child = c;
+  }
+  return Field(child, path_.empty() ? key : path_ + "." + key, src_, node_.IsDefined() ? node_.Mark() : parent_mark_);
+}
+
+std::vector<Field> Field::items() const {
+  if (!node_.IsSequence()) fail("expected a list");
+  std::vector<Field> out;
+  for (size_t i = 0; i < node_.size(); ++i)
+    out.emplace_back(static_cast<const YAML::Node&>(node_)[i], fmt::format("{}[{}]", path_, i), src_, node_.Mark());
+  return out;
+}
+
+std::string Field::as_string() const {
+  if (!present()) fail("missing");
+  if (!node_.IsScalar()) fail("expected a single value");
+  return node_.Scalar();
+}
+
+double Field::as_double(double lo, double hi) const {
+  const std::string s = as_string();
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || !std::isfinite(v)) fail(fmt::format("expected a number, got '{}'", s));
+  if (v < lo || v > hi) fail(fmt::format("{} is out of range [{}, {}]", s, lo, hi));
+  return v;
+}
+
+int64_t Field::as_int(int64_t lo, int64_t hi) const {
+  const std::string s = as_string();
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size()) {
+    // Accept integral values written in exponent form (1e6), nothing fractional.
+    double d = 0;
+    try {
+      d = std::stod(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != s.size() || d != std::floor(d) || std::fabs(d) > 9e18) fail(fmt::format("expected an integer, got '{}'", s));
+    v = static_cast<long long>(d);
+  }
+  if (v < lo || v > hi) fail(fmt::format("{} is out of range [{}, {}]", s, lo, hi));
+  return v;
+}
+
+bool Field::as_bool() const {
+  const std::string s = as_string();
+  if (s == "true" || s == "yes" || s == "on") return true;
+  if (s == "false" || s == "no" || s == "off") return false;
+  fail(fmt::format("expected true or false, got '{}'", s));
+}
+
+double Field::get_double(const std::string& key, double dflt, double lo, double hi) const {
+  Field f = (*this)[key];
+  return f.present() ? f.as_double(lo, hi) : dflt;
+}
+int64_t Field::get_int(const std::string& key, int64_t dflt, int64_t lo, int64_t hi) const {
+  Field f = (*this)[key];
+  return f.present() ? f.as_int(lo, hi) : dflt;
+}
+std::string Field::get_string(const std::string& key, const std::string& dflt) const {
+  Field f = (*this)[key];
+  return f.present() ? f.as_string() : dflt;
+}
+
+std::string Field::as_path() const {
+  namespace fs = std::filesystem;
+  const fs::path p = as_string();
+  if (p.is_absolute() || from_override()) return p.string();
+  return (fs::path(src_->file).parent_path() / p).lexically_normal().string();
+}
+
+}  // namespace tandem

@@ -1,0 +1,62 @@
+// A checked view of a YAML node: every read names the field by its dotted path, and every
+// error carries file:line:column (or the --set override it came from).
+#pragma once
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct YamlSource {
+  std::string file;
+  std::vector<std::string> override_keys;  // dotted paths replaced by --set
+  std::vector<std::string> override_texts; // "key=value" as given, for messages
+};
+
+class Field {
+ public:
+  Field(YAML::Node node, std::string path, const YamlSource* src, YAML::Mark parent_mark = YAML::Mark::null_mark())
+      : node_(std::move(node)), path_(std::move(path)), src_(src), parent_mark_(parent_mark) {}
+
+  const std::string& path() const { return path_; }
+  bool present() const { return node_.IsDefined() && !node_.IsNull(); }
+  bool is_map() const { return node_.IsMap(); }
+  bool is_seq() const { return node_.IsSequence(); }
+  bool is_scalar() const { return node_.IsScalar(); }
+  const YAML::Node& node() const { return node_; }
+
+  // Where this field is: "file:line:col" or "--set key=value".
+  std::string where() const;
+  [[noreturn]] void fail(const std::string& what) const;
+
+  // Map access. Reject keys outside `allowed` (the error lists the known ones).
+  void expect_map(std::initializer_list<const char*> allowed) const;
+  Field operator[](const std::string& key) const;
+  bool has(const std::string& key) const { return (*this)[key].present(); }
+  std::vector<Field> items() const;  // sequence elements
+
+  std::string as_string() const;
+  double as_double(double lo, double hi) const;
+  int64_t as_int(int64_t lo, int64_t hi) const;
+  bool as_bool() const;
+  // Optional reads: the default when absent.
+  double get_double(const std::string& key, double dflt, double lo, double hi) const;
+  int64_t get_int(const std::string& key, int64_t dflt, int64_t lo, int64_t hi) const;
+  std::string get_string(const std::string& key, const std::string& dflt) const;
+  // A path value, resolved against the workload file's folder (or the current folder for --set).
+  std::string as_path() const;
+  bool from_override() const;
+  // The same field (path, source) over another node, e.g. a filtered copy.
+  Field with_node(YAML::Node n) const { return Field(std::move(n), path_, src_, parent_mark_); }
+
+ private:
+  YAML::Node node_;
+  std::string path_;
+  const YamlSource* src_;
+  YAML::Mark parent_mark_;
+};
+
+}  // namespace tandem
