@@ -41,9 +41,8 @@ bool Scheduler::add_request(ReqId id, Time now) {
 bool Scheduler::cancel(ReqId id, Time now) {
   Request& r = reqs_[static_cast<size_t>(id)];
   switch (r.status) {
-    case RequestStatus::Pending:
     case RequestStatus::Waiting:
-      if (r.status == RequestStatus::Waiting) --num_waiting_;  // its queue entry is skipped lazily
+      --num_waiting_;  // its queue entry is skipped lazily
       leave(r, RequestStatus::Cancelled, now);
       return true;
     case RequestStatus::Running:
@@ -56,7 +55,7 @@ bool Scheduler::cancel(ReqId id, Time now) {
       leave(r, RequestStatus::Cancelled, now);
       return true;
     default:
-      return false;  // already gone
+      return false;  // not arrived yet (the engine's business) or already gone
   }
 }
 

@@ -85,6 +85,7 @@ void load_empirical(DistSpec& d, const Field& f) {
 
 ModelSpec parse_model(const Field& f) {
   ModelSpec m;
+  if (!f.present()) f.fail(fmt::format("missing (a preset name: {}; or an inline spec)", model_preset_names()));
   if (f.is_scalar()) {
     auto p = model_preset(f.as_string());
     if (!p) f.fail(fmt::format("unknown model preset '{}' (known: {})", f.as_string(), model_preset_names()));
@@ -137,6 +138,7 @@ HardwareSpec parse_hardware_map(const Field& f, HardwareSpec h) {
 }
 
 HardwareSpec parse_hardware(const Field& f) {
+  if (!f.present()) f.fail(fmt::format("missing (a preset name: {}; an inline spec; or a profile .yaml)", hardware_preset_names()));
   if (f.is_scalar()) {
     const std::string s = f.as_string();
     if (s.ends_with(".yaml") || s.ends_with(".yml")) {  // a hardware profile file

@@ -100,6 +100,7 @@ void Engine::start_step_if_idle() {
   inflight_.plan = &plan;
   inflight_.cost = inflight_result_.cost;
   inflight_.kv_used = kv_.used_blocks();
+  inflight_.kv_reserved = kv_.reserved_remaining();
   inflight_.kv_capacity = kv_.num_blocks();
   inflight_.waiting = sched_.num_waiting();
   inflight_.running = sched_.num_running();

@@ -91,7 +91,7 @@ RunOutputs::RunOutputs(const std::string& dir) : dir_(dir) {
   steps_.open(dir + "/steps.csv");
   trace_.open(dir + "/trace.json");
   if (!steps_ || !trace_) throw std::runtime_error(fmt::format("{}: cannot write output files", dir));
-  steps_ << "step,instance,start_s,elapsed_ms,n_seqs,n_prefill,n_decode,n_tokens,kv_used_blocks,kv_util,waiting,running,"
+  steps_ << "step,instance,start_s,elapsed_ms,n_seqs,n_prefill,n_decode,n_tokens,kv_used_blocks,kv_reserved_blocks,kv_util,waiting,running,"
             "gemm_ms,attention_ms,overhead_ms\n";
   trace_ << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
 }
@@ -104,9 +104,9 @@ void RunOutputs::trace_event(const nlohmann::json& ev) {
 
 void RunOutputs::on_step(const StepRecord& r) {
   const StepPlan& p = *r.plan;
-  fmt::print(steps_, "{},{},{:.9f},{:.6f},{},{},{},{},{},{:.6f},{},{},{:.6f},{:.6f},{:.6f}\n", r.index, r.instance,
+  fmt::print(steps_, "{},{},{:.9f},{:.6f},{},{},{},{},{},{},{:.6f},{},{},{:.6f},{:.6f},{:.6f}\n", r.index, r.instance,
              to_seconds(r.start), to_ms(r.elapsed), p.seqs.size(), p.n_prefill_seqs, p.n_decode_seqs, p.n_tokens,
-             r.kv_used, r.kv_capacity ? double(r.kv_used) / r.kv_capacity : 0.0, r.waiting, r.running,
+             r.kv_used, r.kv_reserved, r.kv_capacity ? double(r.kv_used) / r.kv_capacity : 0.0, r.waiting, r.running,
              r.cost.gemm_s * 1e3, r.cost.attention_s * 1e3, r.cost.overhead_s * 1e3);
   const double ts_us = double(r.start) / 1e3;
   trace_event({{"name", p.n_prefill_seqs ? "prefill+decode" : "decode"}, {"ph", "X"}, {"pid", 1}, {"tid", r.instance},

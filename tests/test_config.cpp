@@ -1,0 +1,266 @@
+// Workload parsing: resolved values, and errors that name file:line:column and the field.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "sim/config.h"
+#include "sim/traces.h"
+#include "sim/workload_gen.h"
+#include "tests/test_helpers.h"
+
+using namespace tandem;
+using tandem::testing::workload_path;
+
+namespace {
+const char* kBase = R"(seed: 3
+model: llama3-8b
+hardware: h200
+requests:
+  count: 10
+  arrival: {process: poisson, rate: 5}
+  prompt_len: 100
+  output_len: {dist: uniform, min: 5, max: 10}
+)";
+
+std::string error_of(const std::string& yaml, const std::vector<Override>& o = {}) {
+  try {
+    parse_workload(yaml, "w.yaml", o);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("a minimal workload resolves presets and defaults") {
+  Workload w = parse_workload(kBase, "w.yaml");
+  CHECK(w.seed == 3);
+  CHECK(w.model.layers == 32);
+  CHECK(w.model.kv_heads == 8);
+  CHECK(w.hardware.mem_bandwidth == doctest::Approx(4.3e12));
+  CHECK(w.engine.block_size == 16);
+  CHECK(w.engine.policy == BatchingPolicy::Continuous);
+  // KV from memory: 141 GB * 0.9 - weights, over 16 tokens * 128 KiB per token.
+  const double expect = std::floor((141e9 * 0.9 - w.model.weight_bytes()) / (16 * 131072.0));
+  CHECK(w.engine.resolved_kv_blocks == int32_t(expect));
+  CHECK(w.model.kv_bytes_per_token() == 131072.0);
+}
+
+TEST_CASE("unknown keys are errors with line, column and field") {
+  const std::string e = error_of(std::string(kBase) + "engine:\n  max_num_seq: 8\n");
+  CHECK(e.find("w.yaml:10:3") != std::string::npos);
+  CHECK(e.find("engine.max_num_seq") != std::string::npos);
+  CHECK(e.find("unknown field") != std::string::npos);
+}
+
+TEST_CASE("wrong types and impossible values name the field") {
+  std::string e = error_of(std::string(kBase) + "engine:\n  max_num_seqs: lots\n");
+  CHECK(e.find("w.yaml:10:17") != std::string::npos);
+  CHECK(e.find("'engine.max_num_seqs'") != std::string::npos);
+  CHECK(e.find("expected an integer") != std::string::npos);
+  e = error_of(std::string(kBase) + "engine:\n  block_size: 0\n");
+  CHECK(e.find("engine.block_size") != std::string::npos);
+  CHECK(e.find("out of range") != std::string::npos);
+  e = error_of(std::string(kBase) + "engine:\n  max_num_seqs: 2.5\n");
+  CHECK(e.find("expected an integer") != std::string::npos);
+  e = error_of("model: llama3-8b\nhardware: h200\nrequests:\n  count: 5\n  arrival: {process: poisson, rate: -1}\n  prompt_len: 1\n  output_len: 1\n");
+  CHECK(e.find("requests.arrival.rate") != std::string::npos);
+  e = error_of("model: llama9\nhardware: h200\n");
+  CHECK(e.find("w.yaml:1:8") != std::string::npos);
+  CHECK(e.find("unknown model preset 'llama9'") != std::string::npos);
+  e = error_of("model: llama3-8b\nhardware: h200\nrequests:\n  count: 5\n  arrival: {process: poisson, rate: 1}\n  prompt_len: {dist: uniform, min: 10, max: 5}\n  output_len: 1\n");
+  CHECK(e.find("requests.prompt_len.max") != std::string::npos);
+}
+
+TEST_CASE("missing sections and broken YAML") {
+  CHECK(error_of("model: llama3-8b\nhardware: h200\n").find("'requests': missing") != std::string::npos);
+  CHECK(error_of("model: [llama3\n").find("w.yaml:") != std::string::npos);
+  CHECK(error_of("hardware: h200\nrequests: {trace: {format: azure, path: x.csv}}\n").find("'model': missing") != std::string::npos);
+}
+
+TEST_CASE("--set overrides by dotted path; unknown keys and bad values are caught") {
+  Workload w = parse_workload(kBase, "w.yaml", {{"engine.max_num_seqs", "8"}, {"engine.policy", "static"}});
+  CHECK(w.engine.max_num_seqs == 8);
+  CHECK(w.engine.policy == BatchingPolicy::Static);
+  w = parse_workload(kBase, "w.yaml", {{"hardware.step_overhead_us", "500"}});  // expands the preset
+  CHECK(w.hardware.step_overhead_s == doctest::Approx(500e-6));
+  CHECK(w.hardware.mem_bandwidth == doctest::Approx(4.3e12));
+  std::string e = error_of(kBase, {{"engine.max_num_seq", "8"}});
+  CHECK(e.find("--set engine.max_num_seq=8") != std::string::npos);
+  CHECK(e.find("unknown field") != std::string::npos);
+  e = error_of(kBase, {{"engine.max_num_seqs", "many"}});
+  CHECK(e.find("--set engine.max_num_seqs=many") != std::string::npos);
+}
+
+TEST_CASE("inline model and hardware; divisibility checked") {
+  const std::string inl = R"(model: {layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn: 128, vocab: 100, max_model_len: 512, dtype: fp32}
+hardware: {peak_tflops: 1, mem_bandwidth_tbs: 0.1, step_overhead_us: 10, memory_gb: 1}
+engine: {num_kv_blocks: 77}
+requests: {count: 3, arrival: {process: constant, rate: 1}, prompt_len: 8, output_len: 8}
+)";
+  Workload w = parse_workload(inl, "w.yaml");
+  CHECK(w.model.head_dim() == 16);
+  CHECK(w.model.dtype_bytes() == 4);
+  CHECK(w.engine.resolved_kv_blocks == 77);
+  CHECK(w.hardware.peak_flops == doctest::Approx(1e12));
+  std::string bad = inl;
+  bad.replace(bad.find("kv_heads: 2"), 11, "kv_heads: 3");
+  CHECK(error_of(bad).find("model.kv_heads") != std::string::npos);
+}
+
+TEST_CASE("weights that leave no KV memory are an input error") {
+  const std::string e = error_of(std::string(kBase) + "engine: {gpu_memory_utilization: 0.05}\n");
+  CHECK(e.find("leave no memory for the KV cache") != std::string::npos);
+}
+
+TEST_CASE("synthetic generation is deterministic and follows the distributions") {
+  std::string y = R"(seed: 9
+model: llama3-8b
+hardware: h200
+requests:
+  count: 20000
+  arrival: {process: poisson, rate: 50}
+  prompt_len: {dist: lognormal, median: 500, sigma: 0.5, min: 10, max: 4000}
+  output_len: {dist: mixture, components: [{weight: 3, dist: fixed, value: 10}, {weight: 1, dist: fixed, value: 100}]}
+  shared_prefix: {groups: 4, prefix_len: 64, fraction: 0.5}
+  cancel: {fraction: 0.1, after_s: {dist: uniform, min: 0.5, max: 1.0}}
+)";
+  Workload w = parse_workload(y, "w.yaml");
+  RequestSet a = generate_requests(w), b = generate_requests(w);
+  REQUIRE(a.requests.size() == 20000);
+  int tens = 0, grouped = 0, cancels = 0;
+  std::vector<double> prompts;
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    const Request& r = a.requests[i];
+    CHECK(r.id == ReqId(i));
+    CHECK(r.arrival == b.requests[i].arrival);
+    CHECK(r.prompt_len == b.requests[i].prompt_len);
+    if (i > 0) CHECK(r.arrival >= a.requests[i - 1].arrival);
+    tens += r.max_output == 10;
+    grouped += r.prefix_group >= 0;
+    if (r.cancel_at != kNever) {
+      ++cancels;
+      CHECK(r.cancel_at - r.arrival >= from_seconds(0.5));
+      CHECK(r.cancel_at - r.arrival <= from_seconds(1.0));
+    }
+    prompts.push_back(r.prompt_len);
+  }
+  std::sort(prompts.begin(), prompts.end());
+  CHECK(prompts[prompts.size() / 2] == doctest::Approx(500).epsilon(0.03));
+  CHECK(tens / 20000.0 == doctest::Approx(0.75).epsilon(0.03));
+  CHECK(grouped / 20000.0 == doctest::Approx(0.5).epsilon(0.05));
+  CHECK(cancels / 20000.0 == doctest::Approx(0.1).epsilon(0.1));
+  CHECK(to_seconds(a.requests.back().arrival) == doctest::Approx(20000 / 50.0).epsilon(0.03));
+  // Shared-prefix members share their leading token ids; others differ.
+  PromptTokens tok(w.seed, w.model.vocab, a);
+  const Request *g1 = nullptr, *g2 = nullptr;
+  for (const Request& r : a.requests) {
+    if (r.prefix_group != 0 || r.prompt_len < 80) continue;
+    (g1 ? g2 : g1) = &r;
+    if (g2) break;
+  }
+  REQUIRE(g2);
+  for (int p = 0; p < 64; ++p) CHECK(tok.at(*g1, p) == tok.at(*g2, p));
+  int same_after = 0;
+  for (int p = 64; p < 80; ++p) same_after += tok.at(*g1, p) == tok.at(*g2, p);
+  CHECK(same_after < 3);
+}
+
+TEST_CASE("gamma arrivals have the requested coefficient of variation") {
+  std::string y = std::string(kBase);
+  y.replace(y.find("count: 10"), 9, "count: 40000");
+  y.replace(y.find("{process: poisson, rate: 5}"), 27, "{process: gamma, rate: 5, cv: 3}");
+  RequestSet s = generate_requests(parse_workload(y, "w.yaml"));
+  double sum = 0, sq = 0;
+  for (size_t i = 1; i < s.requests.size(); ++i) {
+    const double d = to_seconds(s.requests[i].arrival - s.requests[i - 1].arrival);
+    sum += d;
+    sq += d * d;
+  }
+  const double n = double(s.requests.size() - 1), mean = sum / n, sd = std::sqrt(sq / n - mean * mean);
+  CHECK(mean == doctest::Approx(0.2).epsilon(0.05));
+  CHECK(sd / mean == doctest::Approx(3.0).epsilon(0.1));
+}
+
+TEST_CASE("trace replay: azure across midnight, vidur, mooncake hash blocks, scaling and windows") {
+  const std::string base = "model: llama3-8b\nhardware: h200\nrequests:\n  trace: {format: ";
+  Workload w = parse_workload(base + "azure, path: ../traces/azure_sample.csv}\n", workload_path());
+  RequestSet s = generate_requests(w);
+  REQUIRE(s.requests.size() == 6);
+  CHECK(s.requests[0].arrival == 0);
+  CHECK(s.requests[3].arrival == from_seconds(2.25));  // 23:59:58.5 -> 00:00:00.75
+  CHECK(s.requests[5].prompt_len == 2048);
+  CHECK(s.requests[5].max_output == 300);
+
+  w = parse_workload(base + "vidur, path: ../traces/vidur_sample.csv, rate_scale: 2, time_scale: 3}\n", workload_path());
+  s = generate_requests(w);
+  REQUIRE(s.requests.size() == 4);
+  CHECK(s.requests[3].arrival == from_seconds(2.25 * 3 / 2));
+
+  w = parse_workload(base + "vidur, path: ../traces/vidur_sample.csv, start_s: 0.5, duration_s: 1, limit: 5}\n", workload_path());
+  s = generate_requests(w);
+  REQUIRE(s.requests.size() == 2);  // rows at 0.5 and 0.75
+  CHECK(s.requests[0].arrival == 0);
+  CHECK(s.requests[1].arrival == from_seconds(0.25));
+
+  w = parse_workload(base + "mooncake, path: ../traces/mooncake_sample.jsonl}\n", workload_path());
+  s = generate_requests(w);
+  REQUIRE(s.requests.size() == 4);
+  CHECK(s.requests[2].arrival == from_seconds(3.0));
+  CHECK(s.hash_block_size == 512);
+  PromptTokens tok(0, w.model.vocab, s);
+  // Requests 0 and 2 share hash ids 0 and 1: identical first 1024 tokens; block 2 differs (2 vs 4).
+  for (int p = 0; p < 1024; p += 7) CHECK(tok.at(s.requests[0], p) == tok.at(s.requests[2], p));
+  int same = 0;
+  for (int p = 1024; p < 1100; ++p) same += tok.at(s.requests[0], p) == tok.at(s.requests[2], p);
+  CHECK(same < 3);
+  // Request 1 shares only hash id 0 with request 0.
+  for (int p = 0; p < 512; p += 5) CHECK(tok.at(s.requests[0], p) == tok.at(s.requests[1], p));
+}
+
+TEST_CASE("bad trace rows name file, line and column") {
+  const std::string dir = tandem::testing::source_path("tests/data/");
+  auto err = [&](const std::string& fmt_, const std::string& file) {
+    try {
+      generate_requests(parse_workload("model: llama3-8b\nhardware: h200\nrequests:\n  trace: {format: " + fmt_ +
+                                           ", path: " + dir + file + "}\n", workload_path()));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(err("azure", "bad_azure.csv").find("bad_azure.csv:3: column 'ContextTokens': expected a number, got 'abc'") != std::string::npos);
+  CHECK(err("vidur", "bad_azure.csv").find("missing column 'arrived_at'") != std::string::npos);
+  CHECK(err("mooncake", "bad_mooncake.jsonl").find("bad_mooncake.jsonl:2: field 'output_length'") != std::string::npos);
+  CHECK(err("azure", "does_not_exist.csv").find("cannot open") != std::string::npos);
+}
+
+TEST_CASE("empirical lengths from one file are drawn as pairs") {
+  std::string y = "model: llama3-8b\nhardware: h200\nrequests:\n  count: 300\n  arrival: {process: burst}\n"
+                  "  prompt_len: {dist: empirical, path: ../traces/lengths_sample.csv}\n"
+                  "  output_len: {dist: empirical, path: ../traces/lengths_sample.csv}\n";
+  RequestSet s = generate_requests(parse_workload(y, workload_path()));
+  int seen2000 = 0;
+  for (const Request& r : s.requests) {
+    CHECK(r.arrival == 0);
+    CHECK(r.prompt_len == r.max_output * (r.prompt_len == 2000 ? 4 : 10));
+    seen2000 += r.prompt_len == 2000;
+  }
+  CHECK(seen2000 > 50);
+}
+
+TEST_CASE("explicit cancellation beyond the last request is an input error") {
+  std::string y = std::string(kBase) + "  cancel: {at: [{request: 10, at_s: 1}]}\n";
+  CHECK_THROWS_AS(generate_requests(parse_workload(y, "w.yaml")), InputError);
+}
+
+TEST_CASE("timestamps") {
+  double a = 0, b = 0;
+  CHECK(parse_timestamp("2023-11-16 18:15:46.6810000", a));
+  CHECK(parse_timestamp("2023-11-17 00:00:00", b));
+  CHECK(b - a == doctest::Approx(5 * 3600 + 44 * 60 + 13.319).epsilon(1e-9));
+  CHECK_FALSE(parse_timestamp("2023-13-01 00:00:00", a));
+  CHECK_FALSE(parse_timestamp("yesterday", a));
+}

@@ -1,0 +1,194 @@
+// The engine: event order, determinism, and run-wide properties on random workloads.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "backend/cost_model.h"
+#include "sim/engine.h"
+#include "sim/events.h"
+#include "sim/outputs.h"
+#include "sim/rng.h"
+#include "tests/test_helpers.h"
+
+using namespace tandem;
+
+namespace {
+struct Run {
+  Workload w;
+  std::unique_ptr<SimExecutor> exec;
+  VirtualClock clock;
+  std::unique_ptr<Engine> engine;
+  explicit Run(const std::string& yaml, std::vector<Override> o = {}) : w(parse_workload(yaml, "w.yaml", o)) {
+    exec = std::make_unique<SimExecutor>(std::make_unique<AnalyticalCostModel>(w.model, w.hardware));
+    engine = std::make_unique<Engine>(w, generate_requests(w), *exec, clock);
+  }
+};
+
+struct InvariantChecker : RunObserver {
+  int64_t steps = 0, done = 0;
+  Time last_start = -1;
+  void on_step(const StepRecord& r) override {
+    ++steps;
+    REQUIRE(r.kv_used + r.kv_reserved <= r.kv_capacity);  // held + reserved never exceed the cache
+    REQUIRE(r.start >= last_start);
+    REQUIRE(r.plan->n_tokens > 0);
+    last_start = r.start;
+  }
+  void on_request_done(const Request& r) override {
+    ++done;
+    REQUIRE_FALSE(r.alive());
+  }
+};
+
+std::string random_workload(uint64_t seed) {
+  Rng rng(seed);
+  const char* arrivals[] = {"{process: poisson, rate: 30}", "{process: gamma, rate: 20, cv: 4}", "{process: burst}",
+                            "{process: constant, rate: 50}"};
+  return fmt::format(R"(seed: {}
+model: {{layers: 4, hidden: 512, heads: 8, kv_heads: 2, ffn: 1024, vocab: 1000, max_model_len: {}}}
+hardware: {{peak_tflops: 100, mem_bandwidth_tbs: 1, step_overhead_us: 50, memory_gb: 10}}
+engine: {{policy: {}, max_num_seqs: {}, max_num_batched_tokens: {}, block_size: {}, num_kv_blocks: {}{}}}
+requests:
+  count: {}
+  arrival: {}
+  prompt_len: {{dist: lognormal, median: {}, sigma: 1, min: 1, max: 3000}}
+  output_len: {{dist: uniform, min: 1, max: {}}}
+  cancel: {{fraction: {}, after_s: {{dist: uniform, min: 0, max: 0.5}}}}
+)",
+                     seed, rng.uniform_int(200, 4000), rng.uniform() < 0.3 ? "static" : "continuous",
+                     rng.uniform_int(1, 64), rng.uniform_int(64, 4096), rng.uniform() < 0.5 ? 16 : 1 + rng.uniform_int(0, 31),
+                     rng.uniform_int(8, 3000), rng.uniform() < 0.2 ? fmt::format(", state_slots: {}", rng.uniform_int(0, 8)) : "",
+                     rng.uniform_int(1, 400), arrivals[rng.uniform_int(0, 3)], rng.uniform_int(10, 800), rng.uniform_int(1, 300),
+                     rng.uniform() * 0.3);
+}
+}  // namespace
+
+TEST_CASE("events pop by time, then by posting order") {
+  EventQueue q;
+  q.post(5, Arrival{1});
+  q.post(3, Cancel{2});
+  q.post(5, StepDone{0});
+  q.post(3, Arrival{3});
+  std::vector<std::pair<Time, size_t>> got;
+  while (!q.empty()) {
+    auto e = q.pop();
+    got.push_back({e.time, e.event.index()});
+  }
+  CHECK(got == std::vector<std::pair<Time, size_t>>{{3, 3}, {3, 0}, {5, 0}, {5, 1}});
+}
+
+TEST_CASE("virtual clock never goes back") {
+  VirtualClock c;
+  c.advance_to(10);
+  c.advance_to(5);
+  CHECK(c.now() == 10);
+}
+
+TEST_CASE("property: 300 random workloads, held + reserved <= capacity at every step, no request lost") {
+  int64_t total_steps = 0, finished = 0, failed = 0, cancelled = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    const std::string y = random_workload(seed);
+    INFO(y);
+    Run run(y);
+    InvariantChecker chk;
+    run.engine->add_observer(&chk);
+    Summary s;
+    REQUIRE_NOTHROW(s = run.engine->run());  // throws if any request is still alive at the end
+    CHECK(s.finished + s.failed + s.cancelled == s.total);
+    CHECK(chk.done == s.total);
+    total_steps += chk.steps;
+    finished += s.finished;
+    failed += s.failed;
+    cancelled += s.cancelled;
+    for (const Request& r : run.engine->requests()) {
+      if (r.status == RequestStatus::Finished) CHECK(r.generated == r.max_output);
+      if (r.status == RequestStatus::Failed) CHECK(r.fail_reason != FailReason::None);
+    }
+  }
+  MESSAGE(total_steps, " steps; finished ", finished, ", failed ", failed, ", cancelled ", cancelled);
+  CHECK(finished > 0);
+  CHECK(failed > 0);
+  CHECK(cancelled > 0);
+}
+
+TEST_CASE("the same seed gives byte-identical outputs") {
+  namespace fs = std::filesystem;
+  const std::string y = random_workload(77);
+  const fs::path base = fs::temp_directory_path() / fmt::format("tandem_det_{}", ::getpid());
+  for (int i = 0; i < 2; ++i) {
+    Run run(y);
+    RunOutputs out((base / std::to_string(i)).string());
+    run.engine->add_observer(&out);
+    Summary s = run.engine->run();
+    out.finish(*run.engine, s, run.w);
+  }
+  for (const char* f : {"requests.csv", "steps.csv", "trace.json", "workload.resolved.yaml"}) {
+    const std::string a = tandem::testing::read_file((base / "0" / f).string());
+    CHECK(a.size() > 100);
+    CHECK(a == tandem::testing::read_file((base / "1" / f).string()));
+  }
+  // summary.json differs only in wall time and memory, which are measurements.
+  auto strip = [](std::string s) {
+    auto j = nlohmann::json::parse(s);
+    j.erase("wall_s");
+    j.erase("peak_rss_mb");
+    return j.dump();
+  };
+  CHECK(strip(tandem::testing::read_file((base / "0/summary.json").string())) ==
+        strip(tandem::testing::read_file((base / "1/summary.json").string())));
+  fs::remove_all(base);
+}
+
+TEST_CASE("a lone request: TTFT is its prefill step, TPOT its decode steps") {
+  Run run(R"(model: llama3-8b
+hardware: {preset: h200, step_overhead_us: 100}
+requests: {count: 1, arrival: {process: burst}, prompt_len: 1000, output_len: 11}
+)");
+  Summary s = run.engine->run();
+  const Request& r = run.engine->requests()[0];
+  StepPlan prefill;
+  prefill.seqs.push_back({0, 1000, 0, true, {}});
+  prefill.n_tokens = 1000;
+  prefill.n_samples = 1;
+  AnalyticalCostModel m(run.w.model, run.w.hardware);
+  CHECK(r.first_token == from_seconds(m.estimate(prefill).total_s()));
+  CHECK(s.steps == 11);
+  CHECK(s.tpot_ms.n == 1);
+  // Decode of one sequence is memory-bound: about the weights over bandwidth plus overhead.
+  const double weights_s = (run.w.model.linear_params() + 4096.0 * 128256) * 2 / 4.3e12;
+  CHECK(s.tpot_ms.mean == doctest::Approx((weights_s + 100e-6) * 1e3).epsilon(0.01));
+}
+
+TEST_CASE("cancellations: before arrival, while waiting, while running") {
+  Run run(R"(model: llama3-8b
+hardware: h200
+engine: {max_num_seqs: 1}
+requests:
+  count: 3
+  arrival: {process: burst}
+  prompt_len: 100
+  output_len: 1000
+  cancel: {at: [{request: 0, at_s: 0.5}, {request: 2, at_s: 0.1}]}
+)");
+  Summary s = run.engine->run();
+  const auto& r = run.engine->requests();
+  CHECK(r[0].status == RequestStatus::Cancelled);  // running when cancelled
+  CHECK(r[0].generated > 10);
+  CHECK(r[0].finish >= from_seconds(0.5));
+  CHECK(r[1].status == RequestStatus::Finished);
+  CHECK(r[2].status == RequestStatus::Cancelled);  // cancelled while waiting for the seat
+  CHECK(r[2].generated == 0);
+  CHECK(s.cancelled == 2);
+  CHECK(s.finished == 1);
+}
+
+TEST_CASE("continuous batching beats static on a mixed long/short workload") {
+  const std::string y = tandem::testing::read_file(tandem::testing::source_path("workloads/mixed_long_short.yaml"));
+  Run cont(y, {{"requests.count", "400"}}), stat(y, {{"requests.count", "400"}, {"engine.policy", "static"}});
+  const Summary a = cont.engine->run(), b = stat.engine->run();
+  CHECK(a.finished == 400);
+  CHECK(b.finished == 400);
+  CHECK(a.requests_per_s > 1.5 * b.requests_per_s);
+  CHECK(a.ttft_ms.p50 < b.ttft_ms.p50);
+}
