@@ -37,6 +37,7 @@ void KvCache::admit(ReqId id, int64_t lifetime_tokens) {
   if (t.admitted) throw std::logic_error("KvCache::admit: request already admitted");
   t.admitted = true;
   t.reserved = blocks_for(lifetime_tokens);
+  t.blocks.reserve(static_cast<size_t>(t.reserved));  // one allocation for the request's whole life
   reserved_remaining_ += t.reserved;
   if (num_state_slots_ >= 0) --free_slots_;
 }

@@ -367,25 +367,28 @@ Workload load_workload(const std::string& path, const std::vector<Override>& ove
 }
 
 namespace {
+// Shortest text that reads back as the same double (yaml-cpp would print 17 digits).
+std::string num(double v) { return fmt::format("{}", v); }
+
 YAML::Node dist_yaml(const DistSpec& d) {
   YAML::Node n;
   switch (d.kind) {
-    case DistSpec::Kind::Fixed: n["dist"] = "fixed"; n["value"] = d.value; break;
-    case DistSpec::Kind::Uniform: n["dist"] = "uniform"; n["min"] = d.min; n["max"] = d.max; break;
+    case DistSpec::Kind::Fixed: n["dist"] = "fixed"; n["value"] = num(d.value); break;
+    case DistSpec::Kind::Uniform: n["dist"] = "uniform"; n["min"] = num(d.min); n["max"] = num(d.max); break;
     case DistSpec::Kind::Lognormal:
-      n["dist"] = "lognormal"; n["median"] = d.median; n["sigma"] = d.sigma; n["min"] = d.min;
-      if (d.max < 1e18) n["max"] = d.max;
+      n["dist"] = "lognormal"; n["median"] = num(d.median); n["sigma"] = num(d.sigma); n["min"] = num(d.min);
+      if (d.max < 1e18) n["max"] = num(d.max);
       break;
     case DistSpec::Kind::Mixture:
       n["dist"] = "mixture";
       for (const auto& c : d.components) {
         YAML::Node cn = dist_yaml(c.dist);
-        cn["weight"] = c.weight;
+        cn["weight"] = num(c.weight);
         n["components"].push_back(cn);
       }
       break;
     case DistSpec::Kind::Empirical:
-      n["dist"] = "empirical"; n["path"] = d.path; n["column"] = d.column; n["rows"] = d.samples.size(); break;
+      n["dist"] = "empirical"; n["path"] = d.path; n["column"] = d.column; break;
   }
   return n;
 }
@@ -405,34 +408,30 @@ std::string to_yaml(const Workload& w) {
   n["model"]["vocab"] = m.vocab;
   n["model"]["dtype"] = m.dtype;
   n["model"]["max_model_len"] = m.max_model_len;
-  n["model"]["params_b"] = m.params() / 1e9;
-  n["model"]["kv_bytes_per_token"] = m.kv_bytes_per_token();
   const HardwareSpec& h = w.hardware;
   n["hardware"]["name"] = h.name;
-  n["hardware"]["peak_tflops"] = h.peak_flops / 1e12;
-  n["hardware"]["mem_bandwidth_tbs"] = h.mem_bandwidth / 1e12;
-  n["hardware"]["step_overhead_us"] = h.step_overhead_s * 1e6;
-  n["hardware"]["memory_gb"] = h.memory_bytes / 1e9;
-  n["hardware"]["source"] = h.source;
+  n["hardware"]["peak_tflops"] = num(h.peak_flops / 1e12);
+  n["hardware"]["mem_bandwidth_tbs"] = num(h.mem_bandwidth / 1e12);
+  n["hardware"]["step_overhead_us"] = num(h.step_overhead_s * 1e6);
+  n["hardware"]["memory_gb"] = num(h.memory_bytes / 1e9);
   const EngineSpec& e = w.engine;
   n["engine"]["policy"] = std::string(to_string(e.policy));
   n["engine"]["max_num_seqs"] = e.max_num_seqs;
   n["engine"]["max_num_batched_tokens"] = e.max_num_batched_tokens;
   n["engine"]["block_size"] = e.block_size;
   n["engine"]["num_kv_blocks"] = e.resolved_kv_blocks;
-  n["engine"]["kv_tokens"] = int64_t{e.resolved_kv_blocks} * e.block_size;
-  n["engine"]["gpu_memory_utilization"] = e.gpu_memory_utilization;
-  n["engine"]["state_slots"] = e.state_slots;
+  n["engine"]["gpu_memory_utilization"] = num(e.gpu_memory_utilization);
+  if (e.state_slots >= 0) n["engine"]["state_slots"] = e.state_slots;
   const RequestsSpec& r = w.requests;
   if (r.trace) {
     const TraceSpec& t = *r.trace;
     static const char* fmts[] = {"azure", "mooncake", "vidur"};
     n["requests"]["trace"]["format"] = fmts[int(t.format)];
     n["requests"]["trace"]["path"] = t.path;
-    n["requests"]["trace"]["time_scale"] = t.time_scale;
-    n["requests"]["trace"]["rate_scale"] = t.rate_scale;
-    n["requests"]["trace"]["start_s"] = t.start_s;
-    n["requests"]["trace"]["duration_s"] = t.duration_s;
+    n["requests"]["trace"]["time_scale"] = num(t.time_scale);
+    n["requests"]["trace"]["rate_scale"] = num(t.rate_scale);
+    n["requests"]["trace"]["start_s"] = num(t.start_s);
+    n["requests"]["trace"]["duration_s"] = num(t.duration_s);
     n["requests"]["trace"]["limit"] = t.limit;
     n["requests"]["trace"]["hash_block_size"] = t.hash_block_size;
   } else {
@@ -441,10 +440,10 @@ std::string to_yaml(const Workload& w) {
     n["requests"]["arrival"]["process"] = procs[int(r.arrival.kind)];
     if (r.arrival.kind == ArrivalSpec::Kind::Burst) {
       n["requests"]["arrival"]["size"] = r.arrival.burst_size;
-      n["requests"]["arrival"]["interval_s"] = r.arrival.interval_s;
+      n["requests"]["arrival"]["interval_s"] = num(r.arrival.interval_s);
     } else {
-      n["requests"]["arrival"]["rate"] = r.arrival.rate;
-      if (r.arrival.kind == ArrivalSpec::Kind::Gamma) n["requests"]["arrival"]["cv"] = r.arrival.cv;
+      n["requests"]["arrival"]["rate"] = num(r.arrival.rate);
+      if (r.arrival.kind == ArrivalSpec::Kind::Gamma) n["requests"]["arrival"]["cv"] = num(r.arrival.cv);
     }
     n["requests"]["prompt_len"] = dist_yaml(r.prompt_len);
     n["requests"]["output_len"] = dist_yaml(r.output_len);
@@ -452,27 +451,32 @@ std::string to_yaml(const Workload& w) {
   if (r.shared_prefix.groups > 0) {
     n["requests"]["shared_prefix"]["groups"] = r.shared_prefix.groups;
     n["requests"]["shared_prefix"]["prefix_len"] = dist_yaml(r.shared_prefix.prefix_len);
-    n["requests"]["shared_prefix"]["fraction"] = r.shared_prefix.fraction;
+    n["requests"]["shared_prefix"]["fraction"] = num(r.shared_prefix.fraction);
   }
   if (!r.cancel.explicit_cancels.empty() || r.cancel.fraction > 0) {
     for (const auto& c : r.cancel.explicit_cancels) {
       YAML::Node cn;
       cn["request"] = c.request;
-      cn["at_s"] = c.at_s;
+      cn["at_s"] = num(c.at_s);
       n["requests"]["cancel"]["at"].push_back(cn);
     }
     if (r.cancel.fraction > 0) {
-      n["requests"]["cancel"]["fraction"] = r.cancel.fraction;
+      n["requests"]["cancel"]["fraction"] = num(r.cancel.fraction);
       n["requests"]["cancel"]["after_s"] = dist_yaml(r.cancel.after_s);
     }
   }
   if (w.slo.any()) {
-    if (w.slo.ttft_ms > 0) n["slo"]["ttft_ms"] = w.slo.ttft_ms;
-    if (w.slo.tpot_ms > 0) n["slo"]["tpot_ms"] = w.slo.tpot_ms;
+    if (w.slo.ttft_ms > 0) n["slo"]["ttft_ms"] = num(w.slo.ttft_ms);
+    if (w.slo.tpot_ms > 0) n["slo"]["tpot_ms"] = num(w.slo.tpot_ms);
   }
   YAML::Emitter out;
   out << n;
-  return std::string(out.c_str()) + "\n";
+  // Derived values as comments, so the output stays a valid workload (paths are resolved).
+  return fmt::format("{}\n# derived: model {:.3f} B parameters, {:.0f} bytes of KV per token; KV cache {} tokens "
+                     "({:.1f} GB)\n# hardware numbers: {}\n",
+                     out.c_str(), m.params() / 1e9, m.kv_bytes_per_token(), int64_t{e.resolved_kv_blocks} * e.block_size,
+                     double(e.resolved_kv_blocks) * e.block_size * m.kv_bytes_per_token() / 1e9,
+                     h.source.empty() ? "given in the workload" : h.source);
 }
 
 }  // namespace tandem

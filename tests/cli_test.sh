@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Command-line contract: exit status 0 ok, 2 bad input (file:line:column and the field),
+# and the files a run writes. Usage: cli_test.sh TANDEM_BINARY SOURCE_DIR
+set -u
+tandem=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+passes=0
+
+# expect STATUS PATTERN -- ARGS...: run tandem, check exit status and that stderr+stdout match PATTERN.
+expect() {
+  local want=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$("$tandem" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" != "$want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL: tandem $* -> exit $rc (want $want), output:"
+    echo "$out" | head -5 | sed 's/^/    /'
+    echo "    (wanted /$pattern/)"
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+
+bad=$src/tests/data/bad
+expect 2 "unknown_key.yaml:5:3: field 'engine.max_batched_tokens': unknown field" -- run "$bad/unknown_key.yaml"
+expect 2 "wrong_type.yaml:4:10: field 'requests.count': expected an integer, got 'four'" -- run "$bad/wrong_type.yaml"
+expect 2 "syntax.yaml:[0-9]+:[0-9]+: invalid YAML" -- validate "$bad/syntax.yaml"
+expect 2 "bad_azure.csv:3: column 'ContextTokens': expected a number, got 'abc'" -- run "$bad/bad_trace_row.yaml"
+expect 2 "negative_rate.yaml:5:37: field 'requests.arrival.rate'" -- run "$bad/negative_rate.yaml"
+expect 2 "field 'model': missing" -- run "$bad/empty.yaml"
+expect 2 "cannot open workload file" -- run "$tmp/nope.yaml"
+expect 2 "--set engine.max_num_seq=4: field 'engine.max_num_seq': unknown field" -- run "$src/workloads/quickstart.yaml" --set engine.max_num_seq=4
+expect 2 "expected KEY=VALUE" -- run "$src/workloads/quickstart.yaml" --set engine.max_num_seqs
+expect 2 "--backend cpu: not available" -- run "$src/workloads/quickstart.yaml" --backend cpu
+expect 2 "unknown command 'frobnicate'" -- frobnicate
+expect 2 "unrecognised option|unrecognized option" -- run "$src/workloads/quickstart.yaml" --bogus
+expect 2 "cannot open" -- compare "$tmp/none_a" "$tmp/none_b"
+
+# A run writes the contract files.
+expect 0 "TTFT ms" -- run "$src/workloads/quickstart.yaml" --set requests.count=50 --out "$tmp/a"
+expect 0 "" -- run "$src/workloads/quickstart.yaml" --set requests.count=50 --set engine.policy=static --out "$tmp/b" --quiet
+for f in summary.json requests.csv steps.csv trace.json; do
+  if [ ! -s "$tmp/a/$f" ]; then echo "FAIL: $f missing"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
+done
+if head -1 "$tmp/a/requests.csv" | grep -q '^id,arrival_s,first_token_s,finish_s,prompt_len,output_len,status,.*,output_tokens$'; then
+  passes=$((passes + 1))
+else
+  echo "FAIL: requests.csv header"; fails=$((fails + 1))
+fi
+rows=$(($(wc -l <"$tmp/a/requests.csv") - 1))
+if [ "$rows" = 50 ]; then passes=$((passes + 1)); else echo "FAIL: requests.csv has $rows rows, want 50"; fails=$((fails + 1)); fi
+for key in ttft_ms tpot_ms itl_ms e2e_ms throughput requests prefix_cache backend wall_s sim_s; do
+  if grep -q "\"$key\"" "$tmp/a/summary.json"; then passes=$((passes + 1)); else echo "FAIL: summary.json lacks $key"; fails=$((fails + 1)); fi
+done
+expect 0 "ttft_ms.p99 .*%" -- compare "$tmp/a" "$tmp/b"
+expect 0 "max_num_seqs: 8" -- validate "$src/workloads/quickstart.yaml" --set engine.max_num_seqs=8
+# validate's output is itself a valid workload (round trip).
+"$tandem" validate "$src/workloads/mixed_long_short.yaml" >"$tmp/resolved.yaml" 2>&1
+expect 0 "policy: continuous" -- validate "$tmp/resolved.yaml"
+
+echo "$passes passed, $fails failed"
+[ "$fails" = 0 ]
