@@ -1,0 +1,48 @@
+# A thin layer over meson. `make run` and `make test` are the README's two commands.
+SHELL := /bin/bash
+BUILD ?= build
+TANDEM := $(BUILD)/tandem
+WORKLOAD ?= workloads/quickstart.yaml
+
+.PHONY: all setup build run test test-unit bench bench-scheduler bench-sim bench-continuous clean
+
+all: build
+
+$(BUILD)/build.ninja:
+	tools/setup
+
+setup:
+	tools/setup
+
+build: $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+run: build
+	$(TANDEM) run $(WORKLOAD)
+
+# All suites (unit, traces; golden and cuda as they land). Skipped suites (exit 77) are
+# reported as skipped. The last line is "N passed, N failed, N skipped".
+test: build
+	@set -o pipefail; meson test -C $(BUILD) --print-errorlogs 2>&1 | tee $(BUILD)/test-summary.log; rc=$$?; \
+	  ok=$$(awk '/^Ok:/{print $$2}' $(BUILD)/test-summary.log); fail=$$(awk '/^Fail:/{print $$2}' $(BUILD)/test-summary.log); \
+	  skip=$$(awk '/^Skipped:/{print $$2}' $(BUILD)/test-summary.log); to=$$(awk '/^Timeout:/{print $$2}' $(BUILD)/test-summary.log); \
+	  echo "$${ok:-0} passed, $$(( $${fail:-0} + $${to:-0} )) failed, $${skip:-0} skipped"; exit $$rc
+
+test-unit: build
+	meson test -C $(BUILD) --suite unit --print-errorlogs
+
+bench: bench-scheduler bench-sim bench-continuous
+
+bench-scheduler: build
+	$(BUILD)/tests/bench_scheduler
+
+bench-sim: build
+	@$(BUILD)/tests/bench_sim workloads/bench/vidur_comparable.yaml --header
+	@$(BUILD)/tests/bench_sim workloads/bench/azure_conv_replay.yaml
+	@$(BUILD)/tests/bench_sim workloads/bench/synthetic_1m.yaml
+
+bench-continuous: build
+	tools/bench-continuous --tandem $(TANDEM) workloads/mixed_long_short.yaml
+
+clean:
+	rm -rf $(BUILD)
