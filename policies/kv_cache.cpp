@@ -42,7 +42,7 @@ void KvCache::admit(ReqId id, int64_t lifetime_tokens) {
   if (num_state_slots_ >= 0) --free_slots_;
 }
 
-void KvCache::ensure_capacity(ReqId id, int64_t tokens) {
+void KvCache::grow(ReqId id, int64_t tokens) {
   Table& t = tables_[static_cast<size_t>(id)];
   const int32_t need = blocks_for(tokens);
   if (need > t.reserved) throw std::logic_error("KvCache: request grew past its reservation");

@@ -47,7 +47,11 @@ class KvCache {
   // Reserve blocks(lifetime_tokens) for `id` (and a state slot). Caller checked can_admit().
   void admit(ReqId id, int64_t lifetime_tokens);
   // Grow id's table so it covers `tokens` positions. Stays within the reservation.
-  void ensure_capacity(ReqId id, int64_t tokens);
+  // Inline fast path: most decode steps stay inside the last block.
+  void ensure_capacity(ReqId id, int64_t tokens) {
+    const Table& t = tables_[static_cast<size_t>(id)];
+    if (int64_t(t.blocks.size()) * block_size_ < tokens) grow(id, tokens);
+  }
   // Drop id's blocks and the unused part of its reservation; return its state slot.
   void release(ReqId id);
 
@@ -57,6 +61,7 @@ class KvCache {
     int32_t reserved = 0;  // blocks reserved for the whole life (held + still to come)
     bool admitted = false;
   };
+  void grow(ReqId id, int64_t tokens);
   int32_t pop_free();
   void push_free(int32_t block);
 
