@@ -16,16 +16,25 @@ AnalyticalCostModel::AnalyticalCostModel(const ModelSpec& m, const HardwareSpec&
   act_bytes_per_token_ = 2.0 * m.layers * (4.0 * m.hidden + 2.0 * m.ffn) * m.dtype_bytes();
 }
 
+PlanFeatures plan_features(const StepPlan& plan) {
+  PlanFeatures f;
+  for (const ScheduledSeq& s : plan.seqs) {
+    const double c0 = s.n_computed_before, n = s.n_tokens;
+    f.attn_pairs += n * c0 + n * (n + 1) / 2;  // causal: query i sees c0 + i + 1 keys
+    f.context_tokens += c0 + n;                // the context is streamed once per step
+  }
+  f.tokens = plan.n_tokens;
+  f.seqs = double(plan.seqs.size());
+  f.samples = plan.n_samples;
+  return f;
+}
+
 StepCost AnalyticalCostModel::estimate(const StepPlan& plan) const {
   StepCost c;
   if (plan.empty()) return c;
-  double pairs = 0, kv_tokens_read = 0;
-  for (const ScheduledSeq& s : plan.seqs) {
-    const double c0 = s.n_computed_before, n = s.n_tokens;
-    pairs += n * c0 + n * (n + 1) / 2;  // causal: query i sees c0 + i + 1 keys
-    kv_tokens_read += c0 + n;           // the context is streamed once per step
-  }
-  const double tokens = plan.n_tokens, samples = plan.n_samples;
+  const PlanFeatures f = plan_features(plan);
+  const double pairs = f.attn_pairs, kv_tokens_read = f.context_tokens;
+  const double tokens = f.tokens, samples = f.samples;
   const double gemm_flops = linear_flops_per_token_ * tokens + lm_head_flops_per_sample_ * samples;
   const double gemm_bytes = weight_bytes_ + act_bytes_per_token_ * tokens;
   c.gemm_s = std::max(gemm_flops / hw_.peak_flops, gemm_bytes / hw_.mem_bandwidth);
@@ -33,6 +42,21 @@ StepCost AnalyticalCostModel::estimate(const StepPlan& plan) const {
   c.attention_s = std::max(attn_flops_per_pair_ * pairs / hw_.peak_flops, attn_bytes / hw_.mem_bandwidth);
   c.overhead_s = hw_.step_overhead_s;
   return c;
+}
+
+StepCost FittedCostModel::estimate(const StepPlan& plan) const {
+  StepCost c;
+  if (plan.empty()) return c;
+  const PlanFeatures f = plan_features(plan);
+  c.gemm_s = c_.per_token_s * f.tokens + c_.per_sample_s * f.samples;
+  c.attention_s = c_.per_attn_pair_s * f.attn_pairs + c_.per_context_token_s * f.context_tokens;
+  c.overhead_s = c_.overhead_s + c_.per_seq_s * f.seqs;
+  return c;
+}
+
+std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw) {
+  if (hw.fitted) return std::make_unique<FittedCostModel>(*hw.fitted);
+  return std::make_unique<AnalyticalCostModel>(m, hw);
 }
 
 StepResult SimExecutor::execute(const StepPlan& plan) {

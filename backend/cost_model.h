@@ -21,6 +21,27 @@ class AnalyticalCostModel final : public cost_model_i {
   double kv_bytes_per_token_, attn_flops_per_pair_, act_bytes_per_token_;
 };
 
+// Linear model fitted to measured steps of a real backend (see tandem calibrate).
+class FittedCostModel final : public cost_model_i {
+ public:
+  explicit FittedCostModel(const FittedCoefficients& c) : c_(c) {}
+  StepCost estimate(const StepPlan& plan) const override;
+
+ private:
+  FittedCoefficients c_;
+};
+
+// The features both models use: summed over the plan's sequences.
+struct PlanFeatures {
+  double tokens = 0, seqs = 0, samples = 0;
+  double attn_pairs = 0;      // causal (query, key) pairs
+  double context_tokens = 0;  // KV positions read (context + new)
+};
+PlanFeatures plan_features(const StepPlan& plan);
+
+// The fitted model when the hardware spec carries one, else the analytical roofline.
+std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw);
+
 // Simulated-time executor: asks a cost model how long the plan takes; samples nothing.
 class SimExecutor final : public executor_i {
  public:

@@ -19,6 +19,8 @@ class executor_i {
   virtual std::string name() const = 0;
   // True if elapsed times are modelled (virtual clock); false if measured (wall clock).
   virtual bool simulated() const = 0;
+  // True if the plan must carry input token ids (StepPlan::tokens).
+  virtual bool needs_tokens() const { return !simulated(); }
 };
 
 }  // namespace tandem

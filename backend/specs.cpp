@@ -21,11 +21,12 @@ namespace {
 
 const std::array kModels = {
     // Llama-3-8B shape (Meta's config.json: 32 layers, 4096 hidden, 32/8 heads, 14336 ffn).
-    ModelSpec{"llama3-8b", 32, 4096, 32, 8, 14336, 128256, "bf16", 8192},
+    ModelSpec{"llama3-8b", 32, 4096, 32, 8, 14336, 128256, "bf16", 8192, 500000.0, 1e-5, false, ""},
     // Llama-2-7B shape (the model of the Vidur comparison in stage 1's report).
-    ModelSpec{"llama2-7b", 32, 4096, 32, 32, 11008, 32000, "fp16", 4096},
-    // Small shapes for the CPU reference backend.
-    ModelSpec{"tiny", 4, 256, 8, 4, 688, 4096, "fp32", 2048},
+    ModelSpec{"llama2-7b", 32, 4096, 32, 32, 11008, 32000, "fp16", 4096, 10000.0, 1e-5, false, ""},
+    // Small shapes for the CPU reference backend: tests, and benchmarks (about 125M parameters).
+    ModelSpec{"tiny", 4, 256, 8, 4, 688, 4096, "fp32", 2048, 10000.0, 1e-5, false, ""},
+    ModelSpec{"llama-100m", 12, 768, 12, 4, 2048, 32000, "fp32", 4096, 10000.0, 1e-5, false, ""},
 };
 
 const std::array kHardware = {
@@ -33,10 +34,10 @@ const std::array kHardware = {
     // dense bf16 GEMM ~788 TFLOP/s on random data); memory is the datasheet's 141 GB; the
     // per-step overhead is an assumption until a calibrated profile replaces it.
     HardwareSpec{"h200", 788e12, 4.3e12, 150e-6, 141e9,
-                 "measured: 4.3 TB/s copy, 788 TFLOP/s bf16 GEMM; datasheet: 141 GB; assumed: 150 us/step"},
+                 "measured: 4.3 TB/s copy, 788 TFLOP/s bf16 GEMM; datasheet: 141 GB; assumed: 150 us/step", std::nullopt},
     // The vendor's datasheet figures for the H200 SXM, for comparison.
     HardwareSpec{"h200-datasheet", 989e12, 4.8e12, 150e-6, 141e9,
-                 "datasheet: 989 TFLOP/s dense bf16, 4.8 TB/s, 141 GB; assumed: 150 us/step"},
+                 "datasheet: 989 TFLOP/s dense bf16, 4.8 TB/s, 141 GB; assumed: 150 us/step", std::nullopt},
 };
 
 template <class Arr>

@@ -16,6 +16,10 @@ struct ModelSpec {
   int32_t vocab = 0;
   std::string dtype = "bf16";
   int32_t max_model_len = 0;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  bool tie_embeddings = false;   // LM head shares the embedding matrix
+  std::string checkpoint;        // Hugging Face folder (config.json + *.safetensors); empty: dummy weights
 
   int32_t head_dim() const { return hidden / heads; }
   int32_t dtype_bytes() const;
@@ -29,6 +33,19 @@ struct ModelSpec {
   double kv_bytes_per_token() const { return 2.0 * layers * kv_heads * head_dim() * dtype_bytes(); }
 };
 
+// A cost model fitted to measured steps (tandem calibrate): step time as a linear function
+// of the batch's features. Seconds per unit.
+struct FittedCoefficients {
+  std::string backend, model;  // what it was measured on: the workload's model must match
+  int32_t threads = 0;
+  double overhead_s = 0;          // per step
+  double per_token_s = 0;         // per token computed (linear layers)
+  double per_seq_s = 0;           // per sequence in the step
+  double per_attn_pair_s = 0;     // per (query, key) pair of attention
+  double per_context_token_s = 0; // per context token read from the KV cache
+  double per_sample_s = 0;        // per sampled sequence (LM head, argmax)
+};
+
 struct HardwareSpec {
   std::string name;
   double peak_flops = 0;          // dense matrix FLOP/s at the model dtype
@@ -36,6 +53,7 @@ struct HardwareSpec {
   double step_overhead_s = 0;     // fixed cost of every step (launches, scheduling, sampling)
   double memory_bytes = 0;        // device memory, to size the KV cache when not given
   std::string source;             // where the numbers come from (datasheet / measured / assumed)
+  std::optional<FittedCoefficients> fitted;  // set: the fitted cost model replaces the roofline
 };
 
 // Named presets. Return nullopt for an unknown name.

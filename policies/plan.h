@@ -24,8 +24,12 @@ struct StepPlan {
   int32_t n_prefill_seqs = 0; // seqs still in their prompt (n_computed_before < prompt_len)
   int32_t n_decode_seqs = 0;
   int32_t n_samples = 0;
+  // Input token ids, seqs in order, n_tokens each. Attached by the engine for executors that
+  // compute (real backends); empty in simulated time. The scheduler never reads them.
+  std::vector<Token> tokens;
   void clear() {
     seqs.clear();
+    tokens.clear();
     n_tokens = n_prefill_seqs = n_decode_seqs = n_samples = 0;
   }
   bool empty() const { return seqs.empty(); }

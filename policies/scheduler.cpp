@@ -65,7 +65,7 @@ ReqId Scheduler::front_waiting() {
   return waiting_.empty() ? -1 : waiting_.front();
 }
 
-const StepPlan& Scheduler::schedule(Time now) {
+StepPlan& Scheduler::schedule(Time now) {
   if (in_flight_) throw std::logic_error("Scheduler::schedule: a step is already in flight");
   plan_.clear();
   budget_left_ = cfg_.max_num_batched_tokens;

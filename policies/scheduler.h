@@ -42,8 +42,9 @@ class Scheduler {
   // Returns true if it left now.
   bool cancel(ReqId id, Time now);
 
-  // Plan the next step. Empty plan: nothing to run. While a plan is in flight, returns empty.
-  const StepPlan& schedule(Time now);
+  // Plan the next step. Empty plan: nothing to run. Mutable only so that the engine can
+  // attach the input token ids before handing it to a real backend.
+  StepPlan& schedule(Time now);
   // Apply the in-flight step's outcome at time `now`. Returns the requests that left
   // (finished or cancelled), valid until the next call.
   std::span<const ReqId> complete_step(Time now);

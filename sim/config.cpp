@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/cpu/checkpoint.h"
 #include "sim/csv.h"
 #include "sim/yaml_reader.h"
 
@@ -91,7 +92,28 @@ ModelSpec parse_model(const Field& f) {
     if (!p) f.fail(fmt::format("unknown model preset '{}' (known: {})", f.as_string(), model_preset_names()));
     return *p;
   }
-  f.expect_map({"preset", "name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "dtype", "max_model_len"});
+  f.expect_map({"preset", "name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "dtype", "max_model_len",
+                "rope_theta", "rms_norm_eps", "checkpoint"});
+  if (f.has("checkpoint")) {  // shape from the checkpoint's config.json; weights loaded by the backend
+    for (const char* k : {"preset", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "rope_theta", "rms_norm_eps"})
+      if (f.has(k)) f[k].fail("comes from the checkpoint's config.json; remove it");
+    m.checkpoint = f["checkpoint"].as_path();
+    m.name = f.get_string("name", std::filesystem::path(m.checkpoint).filename().string());
+    m.dtype = "fp32";
+    const HfLlamaConfig c = Checkpoint(m.checkpoint).config();
+    m.hidden = c.hidden_size;
+    m.ffn = c.intermediate_size;
+    m.layers = c.num_hidden_layers;
+    m.heads = c.num_attention_heads;
+    m.kv_heads = c.num_key_value_heads;
+    m.vocab = c.vocab_size;
+    m.rope_theta = c.rope_theta;
+    m.rms_norm_eps = c.rms_norm_eps;
+    m.tie_embeddings = c.tie_word_embeddings;
+    m.max_model_len = int32_t(f.get_int("max_model_len", c.max_position_embeddings, 1, c.max_position_embeddings));
+    m.dtype = f.get_string("dtype", m.dtype);
+    return m;
+  }
   if (f.has("preset")) {
     auto p = model_preset(f["preset"].as_string());
     if (!p) f["preset"].fail(fmt::format("unknown model preset '{}' (known: {})", f["preset"].as_string(), model_preset_names()));
@@ -110,6 +132,8 @@ ModelSpec parse_model(const Field& f) {
   m.vocab = int32_t(f.get_int("vocab", m.vocab, 2, kI32Max));
   m.max_model_len = int32_t(f.get_int("max_model_len", m.max_model_len, 1, kI32Max));
   m.dtype = f.get_string("dtype", m.dtype);
+  m.rope_theta = f.get_double("rope_theta", m.rope_theta, 1, 1e12);
+  m.rms_norm_eps = f.get_double("rms_norm_eps", m.rms_norm_eps, 1e-12, 1);
   if (m.dtype != "bf16" && m.dtype != "fp16" && m.dtype != "fp32" && m.dtype != "fp8")
     f["dtype"].fail(fmt::format("unknown dtype '{}' (known: bf16, fp16, fp32, fp8)", m.dtype));
   if (m.hidden % m.heads != 0) f["heads"].fail(fmt::format("hidden ({}) must be divisible by heads ({})", m.hidden, m.heads));
@@ -117,8 +141,31 @@ ModelSpec parse_model(const Field& f) {
   return m;
 }
 
+FittedCoefficients parse_fitted(const Field& f) {
+  f.expect_map({"backend", "model", "threads", "overhead_us", "per_token_us", "per_seq_us", "per_attn_pair_ns",
+                "per_context_token_ns", "per_sample_us", "fit"});
+  FittedCoefficients c;
+  c.backend = f["backend"].as_string();
+  c.model = f["model"].as_string();
+  c.threads = int32_t(f.get_int("threads", 0, 0, 1 << 16));
+  c.overhead_s = f["overhead_us"].as_double(0, 1e12) * 1e-6;
+  c.per_token_s = f["per_token_us"].as_double(0, 1e12) * 1e-6;
+  c.per_seq_s = f["per_seq_us"].as_double(0, 1e12) * 1e-6;
+  c.per_attn_pair_s = f["per_attn_pair_ns"].as_double(0, 1e12) * 1e-9;
+  c.per_context_token_s = f["per_context_token_ns"].as_double(0, 1e12) * 1e-9;
+  c.per_sample_s = f["per_sample_us"].as_double(0, 1e12) * 1e-6;
+  return c;
+}
+
 HardwareSpec parse_hardware_map(const Field& f, HardwareSpec h) {
-  f.expect_map({"preset", "name", "peak_tflops", "mem_bandwidth_tbs", "step_overhead_us", "memory_gb"});
+  f.expect_map({"preset", "name", "peak_tflops", "mem_bandwidth_tbs", "step_overhead_us", "memory_gb", "fitted"});
+  if (f.has("fitted")) {  // a calibrated profile: the fitted model needs no roofline numbers
+    h.name = f.get_string("name", "fitted");
+    h.fitted = parse_fitted(f["fitted"]);
+    h.memory_bytes = f.get_double("memory_gb", 0, 0, 1e9) * 1e9;
+    h.source = fmt::format("fitted to measured {} steps ({} threads)", h.fitted->backend, h.fitted->threads);
+    return h;
+  }
   if (f.has("preset")) {
     auto p = hardware_preset(f["preset"].as_string());
     if (!p) f["preset"].fail(fmt::format("unknown hardware preset '{}' (known: {})", f["preset"].as_string(), hardware_preset_names()));
@@ -329,6 +376,9 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
   w.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
   w.model = parse_model(top["model"]);
   w.hardware = parse_hardware(top["hardware"]);
+  if (w.hardware.fitted && w.hardware.fitted->model != w.model.name)
+    top["hardware"].fail(fmt::format("the profile was fitted on model '{}', but the workload's model is '{}'",
+                                     w.hardware.fitted->model, w.model.name));
   w.engine = parse_engine(top["engine"]);
   w.requests = parse_requests(top["requests"]);
   if (top.has("slo")) {
@@ -408,12 +458,33 @@ std::string to_yaml(const Workload& w) {
   n["model"]["vocab"] = m.vocab;
   n["model"]["dtype"] = m.dtype;
   n["model"]["max_model_len"] = m.max_model_len;
+  if (!m.checkpoint.empty()) {
+    for (const char* k : {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab"}) n["model"].remove(k);
+    n["model"]["checkpoint"] = m.checkpoint;
+  } else {
+    n["model"]["rope_theta"] = num(m.rope_theta);
+    n["model"]["rms_norm_eps"] = num(m.rms_norm_eps);
+  }
   const HardwareSpec& h = w.hardware;
   n["hardware"]["name"] = h.name;
-  n["hardware"]["peak_tflops"] = num(h.peak_flops / 1e12);
-  n["hardware"]["mem_bandwidth_tbs"] = num(h.mem_bandwidth / 1e12);
-  n["hardware"]["step_overhead_us"] = num(h.step_overhead_s * 1e6);
-  n["hardware"]["memory_gb"] = num(h.memory_bytes / 1e9);
+  if (h.fitted) {
+    const FittedCoefficients& c = *h.fitted;
+    n["hardware"]["fitted"]["backend"] = c.backend;
+    n["hardware"]["fitted"]["model"] = c.model;
+    n["hardware"]["fitted"]["threads"] = c.threads;
+    n["hardware"]["fitted"]["overhead_us"] = num(c.overhead_s * 1e6);
+    n["hardware"]["fitted"]["per_token_us"] = num(c.per_token_s * 1e6);
+    n["hardware"]["fitted"]["per_seq_us"] = num(c.per_seq_s * 1e6);
+    n["hardware"]["fitted"]["per_attn_pair_ns"] = num(c.per_attn_pair_s * 1e9);
+    n["hardware"]["fitted"]["per_context_token_ns"] = num(c.per_context_token_s * 1e9);
+    n["hardware"]["fitted"]["per_sample_us"] = num(c.per_sample_s * 1e6);
+    n["hardware"]["memory_gb"] = num(h.memory_bytes / 1e9);
+  } else {
+    n["hardware"]["peak_tflops"] = num(h.peak_flops / 1e12);
+    n["hardware"]["mem_bandwidth_tbs"] = num(h.mem_bandwidth / 1e12);
+    n["hardware"]["step_overhead_us"] = num(h.step_overhead_s * 1e6);
+    n["hardware"]["memory_gb"] = num(h.memory_bytes / 1e9);
+  }
   const EngineSpec& e = w.engine;
   n["engine"]["policy"] = std::string(to_string(e.policy));
   n["engine"]["max_num_seqs"] = e.max_num_seqs;

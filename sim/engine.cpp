@@ -19,7 +19,8 @@ Engine::Engine(const Workload& w, RequestSet requests, executor_i& executor, Clo
       exec_(executor),
       clock_(clock),
       kv_(w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.state_slots, int32_t(set_.requests.size())),
-      sched_(scheduler_config(w), set_.requests, kv_) {
+      sched_(scheduler_config(w), set_.requests, kv_),
+      prompt_(w.seed, w.model.vocab, set_) {
   if (!exec_.simulated()) outputs_.resize(set_.requests.size());
 }
 
@@ -40,7 +41,8 @@ Summary Engine::run() {
   while (!events_.empty()) {
     TimedEvent e = events_.pop();
     clock_.advance_to(e.time);
-    now_ = e.time;
+    // A wall clock may already be past the event (the loop was busy running a step).
+    now_ = std::max(e.time, clock_.now());
     std::visit([this](const auto& ev) { on(ev); }, e.event);
     // Take in everything that happens at this instant before planning the next step.
     if (events_.empty() || events_.top().time > now_) start_step_if_idle();
@@ -91,9 +93,18 @@ void Engine::on(const StepDone&) {
 
 void Engine::start_step_if_idle() {
   if (sched_.in_flight()) return;
-  const StepPlan& plan = sched_.schedule(now_);
+  StepPlan& plan = sched_.schedule(now_);
   if (plan.empty()) return;
-  inflight_result_ = exec_.execute(plan);
+  if (exec_.needs_tokens()) attach_tokens(plan);
+  try {
+    inflight_result_ = exec_.execute(plan);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("step {} at t={:.6f}s failed in the {} backend: {}", steps_, to_seconds(now_),
+                                         exec_.name(), e.what()));
+  }
+  if (exec_.needs_tokens() && int32_t(inflight_result_.sampled.size()) != plan.n_samples)
+    throw std::runtime_error(fmt::format("the {} backend returned {} tokens for {} sampling sequences", exec_.name(),
+                                         inflight_result_.sampled.size(), plan.n_samples));
   inflight_.index = steps_++;
   inflight_.start = now_;
   inflight_.elapsed = inflight_result_.elapsed;
@@ -106,6 +117,17 @@ void Engine::start_step_if_idle() {
   inflight_.running = sched_.num_running();
   metrics_.on_step(now_, inflight_.elapsed, inflight_.kv_used, inflight_.kv_capacity);
   events_.post(now_ + inflight_.elapsed, StepDone{0});
+}
+
+void Engine::attach_tokens(StepPlan& plan) {
+  plan.tokens.clear();
+  plan.tokens.reserve(size_t(plan.n_tokens));
+  for (const ScheduledSeq& s : plan.seqs) {
+    const Request& r = set_.requests[size_t(s.id)];
+    const auto& out = outputs_[size_t(s.id)];
+    for (int32_t p = s.n_computed_before; p < s.n_computed_before + s.n_tokens; ++p)
+      plan.tokens.push_back(p < r.prompt_len ? prompt_.at(r, p) : out[size_t(p - r.prompt_len)]);
+  }
 }
 
 void Engine::done(const Request& r) {

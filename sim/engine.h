@@ -55,6 +55,7 @@ class Engine {
   void start_step_if_idle();
   void post_next_arrival();
   void done(const Request& r);
+  void attach_tokens(StepPlan& plan);
 
   const Workload& w_;
   RequestSet set_;
@@ -66,6 +67,7 @@ class Engine {
   MetricsRecorder metrics_;
   std::vector<RunObserver*> observers_;
   std::vector<std::vector<Token>> outputs_;
+  PromptTokens prompt_;
   size_t next_arrival_ = 0;
   Time now_ = 0;
   StepRecord inflight_;

@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "backend/cost_model.h"
+#include "backend/cpu/cpu_executor.h"
+#include "backend/cpu/kernels.h"
 #include "sim/compare.h"
 #include "sim/config.h"
 #include "sim/engine.h"
@@ -18,7 +20,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage:\n"
-    "  tandem run WORKLOAD.yaml [--backend sim] [--set KEY=VALUE ...] [--out DIR] [--quiet]\n"
+    "  tandem run WORKLOAD.yaml [--backend sim|cpu] [--clock wall|virtual] [--threads N]\n"
+    "             [--set KEY=VALUE ...] [--out DIR] [--quiet]\n"
     "  tandem validate WORKLOAD.yaml [--set KEY=VALUE ...]\n"
     "  tandem compare RUN_DIR_A RUN_DIR_B\n";
 
@@ -35,7 +38,9 @@ std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
 int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   po::options_description opts("options");
   opts.add_options()("workload", po::value<std::string>(), "workload YAML")(
-      "backend", po::value<std::string>()->default_value("sim"), "sim (cost model); cpu and cuda arrive with later stages")(
+      "backend", po::value<std::string>()->default_value("sim"), "sim (cost model) or cpu (reference model)")(
+      "clock", po::value<std::string>(), "wall (real time; default for real backends) or virtual (jump between events)")(
+      "threads", po::value<int>()->default_value(0), "CPU backend threads (0: all cores)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a workload key: --set engine.max_num_seqs=8")(
       "out", po::value<std::string>(), "write summary.json, requests.csv, steps.csv, trace.json here")(
       "quiet", po::bool_switch(), "no summary table on stdout");
@@ -46,20 +51,32 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   po::notify(vm);
   if (!vm.count("workload")) throw InputError(std::string("missing WORKLOAD.yaml\n") + kUsage);
   const auto sets = vm.count("set") ? parse_sets(vm["set"].as<std::vector<std::string>>()) : std::vector<Override>{};
-  const Workload w = load_workload(vm["workload"].as<std::string>(), sets);
+  Workload w = load_workload(vm["workload"].as<std::string>(), sets);
   if (validate_only) {
     RequestSet rs = generate_requests(w);  // also checks trace and length files
     std::cout << to_yaml(w) << "# " << rs.requests.size() << " requests\n";
     return 0;
   }
   const std::string backend = vm["backend"].as<std::string>();
-  if (backend != "sim")
-    throw InputError(fmt::format("--backend {}: not available in this build (only 'sim' so far; the CPU and CUDA "
-                                 "backends arrive with their own stages)", backend));
+  std::unique_ptr<executor_i> exec;
+  if (backend == "sim") {
+    exec = std::make_unique<SimExecutor>(make_cost_model(w.model, w.hardware));
+  } else if (backend == "cpu") {
+    cpu::set_threads(vm["threads"].as<int>());
+    exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size);
+  } else if (backend == "cuda") {
+    throw InputError("--backend cuda: not available in this build (the CUDA backend arrives with its own issue)");
+  } else {
+    throw InputError(fmt::format("--backend {}: unknown (known: sim, cpu)", backend));
+  }
+  const std::string clock_name = vm.count("clock") ? vm["clock"].as<std::string>() : (exec->simulated() ? "virtual" : "wall");
+  if (clock_name != "wall" && clock_name != "virtual") throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
+  if (clock_name == "wall" && exec->simulated()) throw InputError("--clock wall needs a real backend (--backend cpu)");
+  std::unique_ptr<Clock> clock;
+  if (clock_name == "wall") clock = std::make_unique<WallClock>();
+  else clock = std::make_unique<VirtualClock>();
   RequestSet rs = generate_requests(w);
-  SimExecutor exec(std::make_unique<AnalyticalCostModel>(w.model, w.hardware));
-  VirtualClock clock;
-  Engine engine(w, std::move(rs), exec, clock);
+  Engine engine(w, std::move(rs), *exec, *clock);
   std::unique_ptr<RunOutputs> outputs;
   if (vm.count("out")) {
     outputs = std::make_unique<RunOutputs>(vm["out"].as<std::string>());

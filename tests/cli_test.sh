@@ -36,7 +36,9 @@ expect 2 "field 'model': missing" -- run "$bad/empty.yaml"
 expect 2 "cannot open workload file" -- run "$tmp/nope.yaml"
 expect 2 "--set engine.max_num_seq=4: field 'engine.max_num_seq': unknown field" -- run "$src/workloads/quickstart.yaml" --set engine.max_num_seq=4
 expect 2 "expected KEY=VALUE" -- run "$src/workloads/quickstart.yaml" --set engine.max_num_seqs
-expect 2 "--backend cpu: not available" -- run "$src/workloads/quickstart.yaml" --backend cpu
+expect 2 "CPU backend's KV cache would take .* set engine.num_kv_blocks" -- run "$src/workloads/quickstart.yaml" --backend cpu
+expect 2 "--backend cuda: not available" -- run "$src/workloads/quickstart.yaml" --backend cuda
+expect 2 "--clock wall needs a real backend" -- run "$src/workloads/quickstart.yaml" --clock wall
 expect 2 "unknown command 'frobnicate'" -- frobnicate
 expect 2 "unrecognised option|unrecognized option" -- run "$src/workloads/quickstart.yaml" --bogus
 expect 2 "cannot open" -- compare "$tmp/none_a" "$tmp/none_b"

@@ -1,0 +1,31 @@
+#include "backend/cpu/cpu_executor.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "sim/config.h"
+
+namespace tandem::cpu {
+
+StepResult CpuExecutor::execute(const StepPlan& plan) {
+  StepResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  model_.forward(plan, plan.tokens, r.sampled);
+  r.elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int32_t num_blocks, int32_t block_size) {
+  const double kv_bytes = 2.0 * m.layers * m.kv_heads * m.head_dim() * 4.0 * double(num_blocks) * block_size;
+  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (kv_bytes > 0.5 * ram)
+    throw InputError(fmt::format("the CPU backend's KV cache would take {:.1f} GB of {:.1f} GB of memory "
+                                 "({} blocks of {} tokens, fp32): set engine.num_kv_blocks or engine.kv_memory_gb",
+                                 kv_bytes / 1e9, ram / 1e9, num_blocks, block_size));
+  LlamaWeights w = m.checkpoint.empty() ? dummy_weights(m, seed) : load_checkpoint(m.checkpoint, m);
+  return std::make_unique<CpuExecutor>(m, std::move(w), num_blocks, block_size);
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,28 @@
+// The CPU backend behind the executor interface: runs the reference model on each plan
+// and measures the step's wall time.
+#pragma once
+#include <memory>
+
+#include "backend/cpu/llama.h"
+#include "backend/executor.h"
+
+namespace tandem::cpu {
+
+class CpuExecutor final : public executor_i {
+ public:
+  CpuExecutor(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size)
+      : model_(m, std::move(w), num_blocks, block_size) {}
+  StepResult execute(const StepPlan& plan) override;
+  std::string name() const override { return "cpu"; }
+  bool simulated() const override { return false; }
+  LlamaModel& model() { return model_; }
+
+ private:
+  LlamaModel model_;
+};
+
+// Builds the model for a workload: checkpoint weights if model.checkpoint is set, else dummy
+// weights from the seed. Checks that the KV store fits in memory.
+std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int32_t num_blocks, int32_t block_size);
+
+}  // namespace tandem::cpu

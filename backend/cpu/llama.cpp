@@ -1,0 +1,245 @@
+#include "backend/cpu/llama.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "backend/cpu/checkpoint.h"
+#include "backend/cpu/kernels.h"
+#include "sim/config.h"
+#include "sim/rng.h"
+
+namespace tandem::cpu {
+
+namespace {
+std::vector<float> random_tensor(size_t n, uint64_t seed, uint64_t tensor_id, float scale) {
+  Rng rng(hash_combine(seed, tensor_id));
+  std::vector<float> v(n);
+  for (auto& x : v) x = float((rng.uniform() * 2.0 - 1.0) * scale);
+  return v;
+}
+void append(std::vector<float>& dst, const std::vector<float>& src) { dst.insert(dst.end(), src.begin(), src.end()); }
+}  // namespace
+
+LlamaWeights dummy_weights(const ModelSpec& m, uint64_t seed) {
+  // Uniform with standard deviation 0.02 (as a Llama init); norms at 1.
+  const float a = 0.02f * std::sqrt(3.0f);
+  const size_t h = size_t(m.hidden), hd = size_t(m.head_dim()), q = size_t(m.heads) * hd, kv = size_t(m.kv_heads) * hd;
+  const size_t f = size_t(m.ffn), V = size_t(m.vocab);
+  LlamaWeights w;
+  uint64_t id = 0;
+  w.embed = random_tensor(V * h, seed, id++, a);
+  for (int32_t l = 0; l < m.layers; ++l) {
+    LlamaLayer L;
+    L.attn_norm.assign(h, 1.0f);
+    L.mlp_norm.assign(h, 1.0f);
+    L.wqkv = random_tensor((q + 2 * kv) * h, seed, id++, a);
+    L.wo = random_tensor(h * q, seed, id++, a);
+    L.w_gate_up = random_tensor(2 * f * h, seed, id++, a);
+    L.w_down = random_tensor(h * f, seed, id++, a);
+    w.layers.push_back(std::move(L));
+  }
+  w.final_norm.assign(h, 1.0f);
+  w.lm_head = m.tie_embeddings ? w.embed : random_tensor(V * h, seed, id++, a);
+  return w;
+}
+
+LlamaWeights load_checkpoint(const std::string& folder, ModelSpec& m) {
+  Checkpoint ck(folder);
+  const HfLlamaConfig& c = ck.config();
+  m.hidden = c.hidden_size;
+  m.ffn = c.intermediate_size;
+  m.layers = c.num_hidden_layers;
+  m.heads = c.num_attention_heads;
+  m.kv_heads = c.num_key_value_heads;
+  m.vocab = c.vocab_size;
+  m.rope_theta = c.rope_theta;
+  m.rms_norm_eps = c.rms_norm_eps;
+  m.tie_embeddings = c.tie_word_embeddings || !ck.has("lm_head.weight");
+  if (m.max_model_len <= 0 || m.max_model_len > c.max_position_embeddings) m.max_model_len = c.max_position_embeddings;
+  if (m.hidden % m.heads != 0 || m.heads % m.kv_heads != 0)
+    throw InputError(fmt::format("{}/config.json: hidden_size {} / heads {} / kv heads {} do not divide", folder, m.hidden,
+                                 m.heads, m.kv_heads));
+  const int64_t h = m.hidden, hd = m.head_dim(), q = int64_t(m.heads) * hd, kv = int64_t(m.kv_heads) * hd, f = m.ffn,
+                V = m.vocab;
+  LlamaWeights w;
+  w.embed = ck.read("model.embed_tokens.weight", {V, h}).data;
+  for (int32_t l = 0; l < m.layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    LlamaLayer L;
+    L.attn_norm = ck.read(p + "input_layernorm.weight", {h}).data;
+    L.mlp_norm = ck.read(p + "post_attention_layernorm.weight", {h}).data;
+    L.wqkv = ck.read(p + "self_attn.q_proj.weight", {q, h}).data;
+    append(L.wqkv, ck.read(p + "self_attn.k_proj.weight", {kv, h}).data);
+    append(L.wqkv, ck.read(p + "self_attn.v_proj.weight", {kv, h}).data);
+    L.wo = ck.read(p + "self_attn.o_proj.weight", {h, q}).data;
+    L.w_gate_up = ck.read(p + "mlp.gate_proj.weight", {f, h}).data;
+    append(L.w_gate_up, ck.read(p + "mlp.up_proj.weight", {f, h}).data);
+    L.w_down = ck.read(p + "mlp.down_proj.weight", {h, f}).data;
+    w.layers.push_back(std::move(L));
+  }
+  w.final_norm = ck.read("model.norm.weight", {h}).data;
+  w.lm_head = m.tie_embeddings ? w.embed : ck.read("lm_head.weight", {V, h}).data;
+  return w;
+}
+
+PagedKvStore::PagedKvStore(const ModelSpec& m, int32_t num_blocks, int32_t block_size)
+    : num_blocks_(num_blocks),
+      block_size_(block_size),
+      token_stride_(size_t(m.kv_heads) * size_t(m.head_dim())),
+      k_(size_t(m.layers) * size_t(num_blocks) * size_t(block_size) * token_stride_),
+      v_(k_.size()) {}
+
+LlamaModel::LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size)
+    : m_(m), w_(std::move(w)), kv_(m, num_blocks, block_size) {
+  // RoPE tables as Hugging Face builds them: inv_freq and angles in float32.
+  const int32_t half = m.head_dim() / 2;
+  rope_cos_.resize(size_t(m.max_model_len) * size_t(half));
+  rope_sin_.resize(rope_cos_.size());
+  for (int32_t i = 0; i < half; ++i) {
+    const float inv_freq = 1.0f / std::pow(float(m.rope_theta), float(2 * i) / float(m.head_dim()));
+    for (int32_t p = 0; p < m.max_model_len; ++p) {
+      const float angle = float(p) * inv_freq;
+      rope_cos_[size_t(p) * size_t(half) + size_t(i)] = std::cos(angle);
+      rope_sin_[size_t(p) * size_t(half) + size_t(i)] = std::sin(angle);
+    }
+  }
+}
+
+void LlamaModel::gemm(const float* x, int64_t t, int64_t k, const std::vector<float>& w, int64_t n, float* y) const {
+  if (gemm_path_ == GemmPath::Invariant) gemm_nt(x, t, k, w.data(), n, y);
+  else gemm_nt_eigen(x, t, k, w.data(), n, y);
+}
+
+void LlamaModel::attention(int32_t layer, const StepPlan& plan, const std::vector<int32_t>& pos_of,
+                           const std::vector<int32_t>& seq_of, const float* qkv, float* out) {
+  const int32_t H = m_.heads, KV = m_.kv_heads, hd = m_.head_dim(), bs = kv_.block_size();
+  const int64_t T = plan.n_tokens, qkv_stride = int64_t(H + 2 * KV) * hd, group = H / KV;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  // Each (token, head) reduces over its keys 0..pos in ascending position order: a fixed
+  // order tied to absolute positions, whatever the batch or the chunking.
+#pragma omp parallel num_threads(threads()) if (T * H > 8)
+  {
+    std::vector<float> scores;
+#pragma omp for schedule(static)
+    for (int64_t th = 0; th < T * H; ++th) {
+      const int64_t t = th / H;
+      const int32_t head = int32_t(th % H), g = head / int32_t(group), pos = pos_of[size_t(t)];
+      const auto& table = plan.seqs[size_t(seq_of[size_t(t)])].block_table;
+      const float* q = qkv + t * qkv_stride + int64_t(head) * hd;
+      scores.resize(size_t(pos) + 1);
+      float mx = -INFINITY;
+      for (int32_t j = 0; j <= pos; ++j) {
+        const float* kj = kv_.k(layer, table[size_t(j / bs)], j % bs) + int64_t(g) * hd;
+        scores[size_t(j)] = dot(q, kj, hd) * scale;
+        mx = std::max(mx, scores[size_t(j)]);
+      }
+      float sum = 0;
+      for (int32_t j = 0; j <= pos; ++j) {
+        scores[size_t(j)] = std::exp(scores[size_t(j)] - mx);
+        sum += scores[size_t(j)];
+      }
+      float* o = out + t * int64_t(H) * hd + int64_t(head) * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int32_t j = 0; j <= pos; ++j) {
+        const float* vj = kv_.v(layer, table[size_t(j / bs)], j % bs) + int64_t(g) * hd;
+        const float p = scores[size_t(j)];
+        for (int32_t d = 0; d < hd; ++d) o[d] = std::fma(p, vj[d], o[d]);
+      }
+      const float inv = 1.0f / sum;
+      for (int32_t d = 0; d < hd; ++d) o[d] *= inv;
+    }
+  }
+}
+
+void LlamaModel::forward(const StepPlan& plan, std::span<const Token> tokens, std::vector<Token>& sampled,
+                         std::vector<float>* logits) {
+  const int64_t T = plan.n_tokens, h = m_.hidden, H = m_.heads, KV = m_.kv_heads, hd = m_.head_dim(), f = m_.ffn,
+                V = m_.vocab, half = hd / 2;
+  if (int64_t(tokens.size()) != T) throw std::logic_error("LlamaModel::forward: token count differs from the plan");
+  const int64_t qkv_n = (H + 2 * KV) * hd;
+  x_.resize(size_t(T * h));
+  xn_.resize(x_.size());
+  qkv_.resize(size_t(T * qkv_n));
+  attn_.resize(size_t(T * H * hd));
+  proj_.resize(x_.size());
+  gu_.resize(size_t(T * 2 * f));
+  act_.resize(size_t(T * f));
+  pos_of_.resize(size_t(T));
+  seq_of_.resize(size_t(T));
+  {
+    int64_t t = 0;
+    for (size_t s = 0; s < plan.seqs.size(); ++s)
+      for (int32_t i = 0; i < plan.seqs[s].n_tokens; ++i, ++t) {
+        pos_of_[size_t(t)] = plan.seqs[s].n_computed_before + i;
+        seq_of_[size_t(t)] = int32_t(s);
+        if (pos_of_[size_t(t)] >= m_.max_model_len) throw std::logic_error("LlamaModel: position past max_model_len");
+      }
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    const Token id = tokens[size_t(t)];
+    if (id < 0 || id >= V) throw std::runtime_error(fmt::format("token id {} outside the vocabulary ({})", id, V));
+    std::copy_n(&w_.embed[size_t(id * h)], h, &x_[size_t(t * h)]);
+  }
+  const float eps = float(m_.rms_norm_eps);
+  const int32_t bs = kv_.block_size();
+  for (int32_t l = 0; l < m_.layers; ++l) {
+    const LlamaLayer& L = w_.layers[size_t(l)];
+    for (int64_t t = 0; t < T; ++t) rms_norm(&x_[size_t(t * h)], L.attn_norm.data(), h, eps, &xn_[size_t(t * h)]);
+    gemm(xn_.data(), T, h, L.wqkv, qkv_n, qkv_.data());
+    // RoPE (rotate-half convention, as Hugging Face Llama) on q and k; then store k, v.
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t pos = pos_of_[size_t(t)];
+      const float* c = &rope_cos_[size_t(pos) * size_t(half)];
+      const float* s = &rope_sin_[size_t(pos) * size_t(half)];
+      float* row = &qkv_[size_t(t * qkv_n)];
+      for (int64_t head = 0; head < H + KV; ++head) {
+        float* v = row + head * hd;
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * c[i] - b * s[i];
+          v[i + half] = b * c[i] + a * s[i];
+        }
+      }
+      const auto& table = plan.seqs[size_t(seq_of_[size_t(t)])].block_table;
+      const int32_t block = table[size_t(pos / bs)], slot = pos % bs;
+      std::copy_n(row + H * hd, KV * hd, kv_.k(l, block, slot));
+      std::copy_n(row + (H + KV) * hd, KV * hd, kv_.v(l, block, slot));
+    }
+    attention(l, plan, pos_of_, seq_of_, qkv_.data(), attn_.data());
+    gemm(attn_.data(), T, H * hd, L.wo, h, proj_.data());
+    for (size_t i = 0; i < x_.size(); ++i) x_[i] += proj_[i];
+    for (int64_t t = 0; t < T; ++t) rms_norm(&x_[size_t(t * h)], L.mlp_norm.data(), h, eps, &xn_[size_t(t * h)]);
+    gemm(xn_.data(), T, h, L.w_gate_up, 2 * f, gu_.data());
+    for (int64_t t = 0; t < T; ++t) {
+      const float* g = &gu_[size_t(t * 2 * f)];
+      const float* u = g + f;
+      float* a = &act_[size_t(t * f)];
+      for (int64_t i = 0; i < f; ++i) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+    gemm(act_.data(), T, f, L.w_down, h, proj_.data());
+    for (size_t i = 0; i < x_.size(); ++i) x_[i] += proj_[i];
+  }
+  // LM head on the last token of each sampling sequence only.
+  last_.clear();
+  int64_t t_end = 0, n_samples = 0;
+  for (const ScheduledSeq& s : plan.seqs) {
+    t_end += s.n_tokens;
+    if (!s.samples) continue;
+    last_.resize(size_t((n_samples + 1) * h));
+    rms_norm(&x_[size_t((t_end - 1) * h)], w_.final_norm.data(), h, eps, &last_[size_t(n_samples * h)]);
+    ++n_samples;
+  }
+  if (n_samples == 0) return;
+  logits_.resize(size_t(n_samples * V));
+  gemm(last_.data(), n_samples, h, w_.lm_head, V, logits_.data());
+  for (int64_t r = 0; r < n_samples; ++r) {
+    const float* row = &logits_[size_t(r * V)];
+    sampled.push_back(Token(std::max_element(row, row + V) - row));  // first maximum on ties
+  }
+  if (logits) logits->assign(logits_.begin(), logits_.end());
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,84 @@
+// The reference model: a Llama-style decoder (RMSNorm, RoPE, grouped-query attention over
+// the paged KV cache, SwiGLU, LM head, greedy argmax) in fp32 on the CPU. The CUDA backend
+// is its twin. K/V live in the blocks that policies/ allocates: a plan's block table indexes
+// this store directly, so there is one source of truth for block ids.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/specs.h"
+#include "policies/plan.h"
+
+namespace tandem::cpu {
+
+struct LlamaLayer {
+  std::vector<float> attn_norm;  // [h]
+  std::vector<float> wqkv;       // [(H + 2 KV) * hd][h]: q, k, v projections stacked (one GEMM)
+  std::vector<float> wo;         // [h][H * hd]
+  std::vector<float> mlp_norm;   // [h]
+  std::vector<float> w_gate_up;  // [2 ffn][h]: gate then up (one GEMM)
+  std::vector<float> w_down;     // [h][ffn]
+};
+
+struct LlamaWeights {
+  std::vector<float> embed;       // [V][h]
+  std::vector<LlamaLayer> layers;
+  std::vector<float> final_norm;  // [h]
+  std::vector<float> lm_head;     // [V][h] (a copy of embed when tied)
+};
+
+// Dummy weights from a seed, as serving benchmarks use: any shape runs anywhere.
+LlamaWeights dummy_weights(const ModelSpec& m, uint64_t seed);
+// Weights of a Hugging Face checkpoint folder; fills the shape fields of `m` from config.json.
+LlamaWeights load_checkpoint(const std::string& folder, ModelSpec& m);
+
+// K and V of every layer, laid out [layer][block][slot][kv_head][head_dim].
+class PagedKvStore {
+ public:
+  PagedKvStore(const ModelSpec& m, int32_t num_blocks, int32_t block_size);
+  float* k(int32_t layer, int32_t block, int32_t slot) { return &k_[offset(layer, block, slot)]; }
+  float* v(int32_t layer, int32_t block, int32_t slot) { return &v_[offset(layer, block, slot)]; }
+  int32_t block_size() const { return block_size_; }
+  double bytes() const { return double(k_.size() + v_.size()) * sizeof(float); }
+
+ private:
+  size_t offset(int32_t layer, int32_t block, int32_t slot) const {
+    return ((size_t(layer) * size_t(num_blocks_) + size_t(block)) * size_t(block_size_) + size_t(slot)) * token_stride_;
+  }
+  int32_t num_blocks_, block_size_;
+  size_t token_stride_;
+  std::vector<float> k_, v_;
+};
+
+enum class GemmPath { Invariant, Eigen };
+
+class LlamaModel {
+ public:
+  LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size);
+  // Runs one step. `tokens` holds each sequence's n_tokens input ids, in plan order.
+  // Appends one argmax id per sampling sequence to `sampled`; if `logits` is given, also
+  // the full logits rows of those sequences ([n_samples][V]).
+  void forward(const StepPlan& plan, std::span<const Token> tokens, std::vector<Token>& sampled,
+               std::vector<float>* logits = nullptr);
+  void set_gemm_path(GemmPath p) { gemm_path_ = p; }
+  const ModelSpec& spec() const { return m_; }
+  PagedKvStore& kv() { return kv_; }
+
+ private:
+  void gemm(const float* x, int64_t t, int64_t k, const std::vector<float>& w, int64_t n, float* y) const;
+  void attention(int32_t layer, const StepPlan& plan, const std::vector<int32_t>& pos_of, const std::vector<int32_t>& seq_of,
+                 const float* qkv, float* out);
+
+  ModelSpec m_;
+  LlamaWeights w_;
+  PagedKvStore kv_;
+  GemmPath gemm_path_ = GemmPath::Invariant;
+  std::vector<float> rope_cos_, rope_sin_;  // [max_model_len][hd/2]
+  // Scratch, reused across steps.
+  std::vector<float> x_, xn_, qkv_, attn_, proj_, gu_, act_, last_, logits_;
+  std::vector<int32_t> pos_of_, seq_of_;
+};
+
+}  // namespace tandem::cpu

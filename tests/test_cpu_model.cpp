@@ -1,0 +1,199 @@
+// The numerics contract of the CPU reference model: a token's logits are bit-identical
+// whatever else is in its batch, however its prompt is chunked, and whether its prefix was
+// computed or taken from another request's blocks.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/llama.h"
+#include "sim/rng.h"
+
+using namespace tandem;
+using namespace tandem::cpu;
+
+namespace {
+
+ModelSpec tiny() {
+  // Odd sizes on purpose: K tails (hidden 200 = 25 x 8; ffn 340 = 42 x 8 + 4) and ragged N.
+  ModelSpec m;
+  m.name = "test";
+  m.layers = 2;
+  m.hidden = 200;
+  m.heads = 5;
+  m.kv_heads = 1;
+  m.ffn = 340;
+  m.vocab = 997;
+  m.dtype = "fp32";
+  m.max_model_len = 1024;
+  return m;
+}
+
+struct Seq {
+  std::vector<Token> tokens;     // the whole sequence so far
+  std::vector<int32_t> table;    // its block table
+  int32_t computed = 0;
+};
+
+class Harness {
+ public:
+  explicit Harness(const ModelSpec& m, int32_t blocks = 512, int32_t bs = 16) : model(m, dummy_weights(m, 11), blocks, bs), bs_(bs) {}
+  // Blocks for `n` more positions of `s`, fresh ids.
+  void grow(Seq& s, int32_t upto) {
+    while (int32_t(s.table.size()) * bs_ < upto) s.table.push_back(next_block_++);
+  }
+  // One step: each (seq, n) advances seq by n tokens; returns the logits of each seq (all sample).
+  std::vector<std::vector<float>> step(std::vector<std::pair<Seq*, int32_t>> work) {
+    StepPlan plan;
+    for (auto& [s, n] : work) {
+      grow(*s, s->computed + n);
+      plan.seqs.push_back({0, n, s->computed, true, s->table});
+      plan.n_tokens += n;
+      plan.n_samples += 1;
+      for (int32_t i = 0; i < n; ++i) plan.tokens.push_back(s->tokens[size_t(s->computed + i)]);
+    }
+    std::vector<Token> sampled;
+    std::vector<float> logits;
+    model.forward(plan, plan.tokens, sampled, &logits);
+    std::vector<std::vector<float>> out;
+    const size_t V = size_t(model.spec().vocab);
+    for (size_t i = 0; i < work.size(); ++i) {
+      work[i].first->computed += work[i].second;
+      out.emplace_back(logits.begin() + long(i * V), logits.begin() + long((i + 1) * V));
+    }
+    return out;
+  }
+  LlamaModel model;
+
+ private:
+  int32_t bs_;
+  int32_t next_block_ = 0;
+};
+
+std::vector<Token> random_tokens(Rng& rng, int n, int vocab) {
+  std::vector<Token> t(static_cast<size_t>(n));
+  for (auto& x : t) x = Token(rng.uniform_int(0, vocab - 1));
+  return t;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("gemm_nt: each element is identical whatever the number of rows and the tile it falls in") {
+  Rng rng(3);
+  for (int64_t K : {1, 7, 8, 13, 64, 203}) {
+    for (int64_t N : {1, 3, 4, 5, 9}) {
+      const int64_t T = 9;
+      std::vector<float> X(size_t(T * K)), W(size_t(N * K)), Y(size_t(T * N));
+      for (auto& x : X) x = float(rng.uniform(-1, 1));
+      for (auto& w : W) w = float(rng.uniform(-1, 1));
+      gemm_nt(X.data(), T, K, W.data(), N, Y.data());
+      for (int64_t rows = 1; rows <= T; ++rows) {
+        for (int64_t r0 = 0; r0 + rows <= T; r0 += 2) {
+          std::vector<float> Ys(size_t(rows * N));
+          gemm_nt(X.data() + r0 * K, rows, K, W.data(), N, Ys.data());
+          for (int64_t t = 0; t < rows; ++t)
+            for (int64_t n = 0; n < N; ++n) REQUIRE(Ys[size_t(t * N + n)] == Y[size_t((r0 + t) * N + n)]);
+        }
+      }
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = 0;
+          for (int64_t k = 0; k < K; ++k) ref += double(X[size_t(t * K + k)]) * W[size_t(n * K + k)];
+          CHECK(Y[size_t(t * N + n)] == doctest::Approx(ref).epsilon(1e-5));
+        }
+    }
+  }
+}
+
+TEST_CASE("contract (a): logits alone == logits in batches with random other requests") {
+  const ModelSpec m = tiny();
+  Rng rng(5);
+  Harness alone(m);
+  Seq a{random_tokens(rng, 37, m.vocab), {}, 0};
+  const auto ref_prefill = alone.step({{&a, 37}})[0];
+  a.tokens.push_back(5);
+  const auto ref_decode = alone.step({{&a, 1}})[0];
+  for (int trial = 0; trial < 6; ++trial) {
+    Harness h(m);
+    Seq b{a.tokens, {}, 0};
+    b.tokens.pop_back();
+    // Others: some prefilled earlier (now decoding with context), some prefilling alongside.
+    std::vector<Seq> others(size_t(rng.uniform_int(1, 6)));
+    for (auto& o : others) {
+      o.tokens = random_tokens(rng, int(rng.uniform_int(1, 120)), m.vocab);
+      if (rng.uniform() < 0.5) h.step({{&o, int32_t(o.tokens.size())}});
+      o.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
+    }
+    std::vector<std::pair<Seq*, int32_t>> work;
+    const size_t where = size_t(rng.uniform_int(0, int64_t(others.size())));
+    for (size_t i = 0; i <= others.size(); ++i) {
+      if (i == where) work.push_back({&b, 37});
+      if (i < others.size()) work.push_back({&others[i], int32_t(others[i].tokens.size()) - others[i].computed});
+    }
+    auto out = h.step(work);
+    CHECK(bit_equal(out[where], ref_prefill));
+    b.tokens.push_back(5);
+    std::vector<std::pair<Seq*, int32_t>> work2{{&b, 1}};
+    for (auto& o : others) {
+      o.tokens.push_back(1);
+      work2.push_back({&o, int32_t(o.tokens.size()) - o.computed});
+    }
+    CHECK(bit_equal(h.step(work2)[0], ref_decode));
+  }
+}
+
+TEST_CASE("contract (b): prompt at once == prompt in chunks of 1, 7, 16, 100") {
+  const ModelSpec m = tiny();
+  Rng rng(6);
+  const std::vector<Token> prompt = random_tokens(rng, 230, m.vocab);
+  Harness h0(m);
+  Seq ref{prompt, {}, 0};
+  const auto ref_logits = h0.step({{&ref, 230}})[0];
+  for (int32_t chunk : {1, 7, 16, 100}) {
+    Harness h(m);
+    Seq s{prompt, {}, 0};
+    std::vector<float> last;
+    while (s.computed < 230) last = h.step({{&s, std::min<int32_t>(chunk, 230 - s.computed)}})[0];
+    CHECK_MESSAGE(bit_equal(last, ref_logits), "chunk ", chunk);
+  }
+}
+
+TEST_CASE("contract (c): a prefix computed == the same prefix taken from another request's blocks") {
+  const ModelSpec m = tiny();
+  Rng rng(7);
+  const std::vector<Token> shared = random_tokens(rng, 48, m.vocab);  // three full blocks of 16
+  std::vector<Token> ta = shared, tb = shared;
+  for (Token t : random_tokens(rng, 20, m.vocab)) ta.push_back(t);
+  for (Token t : random_tokens(rng, 29, m.vocab)) tb.push_back(t);
+  Harness fresh(m);
+  Seq b_fresh{tb, {}, 0};
+  const auto ref = fresh.step({{&b_fresh, int32_t(tb.size())}})[0];
+
+  Harness h(m);
+  Seq a{ta, {}, 0};
+  h.step({{&a, int32_t(ta.size())}});
+  Seq b{tb, {a.table[0], a.table[1], a.table[2]}, 48};  // hit: A's first three blocks
+  const auto got = h.step({{&b, int32_t(tb.size()) - 48}})[0];
+  CHECK(bit_equal(got, ref));
+}
+
+TEST_CASE("the unconstrained Eigen path computes the same function (not bit for bit)") {
+  const ModelSpec m = tiny();
+  Rng rng(8);
+  const std::vector<Token> p = random_tokens(rng, 64, m.vocab);
+  Harness a(m), b(m);
+  b.model.set_gemm_path(GemmPath::Eigen);
+  Seq sa{p, {}, 0}, sb{p, {}, 0};
+  const auto la = a.step({{&sa, 64}})[0], lb = b.step({{&sb, 64}})[0];
+  double num = 0, den = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    num += double(la[i] - lb[i]) * (la[i] - lb[i]);
+    den += double(la[i]) * la[i];
+  }
+  CHECK(std::sqrt(num / den) < 1e-5);
+}
