@@ -212,7 +212,7 @@ EngineSpec parse_engine(const Field& f) {
   EngineSpec e;
   if (!f.present()) return e;
   f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks", "kv_memory_gb",
-                "gpu_memory_utilization", "state_slots"});
+                "gpu_memory_utilization", "state_slots", "deterministic"});
   const std::string pol = f.get_string("policy", "continuous");
   if (pol == "continuous") e.policy = BatchingPolicy::Continuous;
   else if (pol == "static") e.policy = BatchingPolicy::Static;
@@ -224,6 +224,7 @@ EngineSpec parse_engine(const Field& f) {
   e.kv_memory_gb = f.get_double("kv_memory_gb", 0, 1e-9, 1e9);
   e.gpu_memory_utilization = f.get_double("gpu_memory_utilization", e.gpu_memory_utilization, 0.01, 1.0);
   e.state_slots = int32_t(f.get_int("state_slots", -1, 0, kI32Max));
+  if (f.has("deterministic")) e.deterministic = f["deterministic"].as_bool();
   if (f.has("num_kv_blocks") && f.has("kv_memory_gb")) f["kv_memory_gb"].fail("give num_kv_blocks or kv_memory_gb, not both");
   return e;
 }
@@ -493,6 +494,7 @@ std::string to_yaml(const Workload& w) {
   n["engine"]["num_kv_blocks"] = e.resolved_kv_blocks;
   n["engine"]["gpu_memory_utilization"] = num(e.gpu_memory_utilization);
   if (e.state_slots >= 0) n["engine"]["state_slots"] = e.state_slots;
+  n["engine"]["deterministic"] = e.deterministic;
   const RequestsSpec& r = w.requests;
   if (r.trace) {
     const TraceSpec& t = *r.trace;

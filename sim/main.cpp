@@ -63,7 +63,8 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
     exec = std::make_unique<SimExecutor>(make_cost_model(w.model, w.hardware));
   } else if (backend == "cpu") {
     cpu::set_threads(vm["threads"].as<int>());
-    exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size);
+    exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
+                                     w.engine.deterministic);
   } else if (backend == "cuda") {
     throw InputError("--backend cuda: not available in this build (the CUDA backend arrives with its own issue)");
   } else {

@@ -23,6 +23,7 @@ class CpuExecutor final : public executor_i {
 
 // Builds the model for a workload: checkpoint weights if model.checkpoint is set, else dummy
 // weights from the seed. Checks that the KV store fits in memory.
-std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int32_t num_blocks, int32_t block_size);
+std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int32_t num_blocks, int32_t block_size,
+                                               bool deterministic = true);
 
 }  // namespace tandem::cpu

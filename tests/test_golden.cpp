@@ -1,0 +1,67 @@
+// Golden suite: feature off vs on, same prompts, greedy decoding, real backend (CPU):
+// every request's output tokens identical. Scheduling changes performance, never results.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "backend/cpu/cpu_executor.h"
+#include "sim/engine.h"
+#include "tests/golden.h"
+#include "tests/test_helpers.h"
+
+namespace tandem::testing {
+
+std::vector<std::vector<Token>> golden_outputs(const std::string& workload, const std::vector<Override>& overrides) {
+  Workload w = load_workload(workload, overrides);
+  auto exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
+                                     w.engine.deterministic);
+  VirtualClock clock;  // measured step times, no waiting between events: fast and still a real backend
+  Engine e(w, generate_requests(w), *exec, clock);
+  e.run();
+  for (const Request& r : e.requests())
+    if (r.status != RequestStatus::Finished || int32_t(e.outputs()[size_t(r.id)].size()) != r.max_output)
+      throw std::runtime_error(fmt::format("request {} ended {} with {} tokens", r.id, to_string(r.status),
+                                           e.outputs()[size_t(r.id)].size()));
+  return e.outputs();
+}
+
+std::string first_divergence(const std::vector<std::vector<Token>>& base, const std::vector<std::vector<Token>>& other) {
+  if (base.size() != other.size()) return fmt::format("{} vs {} requests", base.size(), other.size());
+  for (size_t r = 0; r < base.size(); ++r) {
+    const size_t n = std::min(base[r].size(), other[r].size());
+    for (size_t p = 0; p < n; ++p)
+      if (base[r][p] != other[r][p])
+        return fmt::format("request {} diverges at output position {}: {} vs {}", r, p, base[r][p], other[r][p]);
+    if (base[r].size() != other[r].size())
+      return fmt::format("request {}: {} vs {} tokens", r, base[r].size(), other[r].size());
+  }
+  return "";
+}
+
+}  // namespace tandem::testing
+
+using namespace tandem;
+using namespace tandem::testing;
+
+TEST_CASE("golden (stage 1): static vs continuous batching, and continuous at several max_num_seqs and budgets") {
+  const std::string wl = source_path("workloads/golden_small.yaml");
+  const auto base = golden_outputs(wl, {{"engine.policy", "static"}, {"engine.max_num_seqs", "8"}});
+  size_t tokens = 0;
+  for (const auto& o : base) tokens += o.size();
+  MESSAGE("baseline: ", base.size(), " requests, ", tokens, " output tokens");
+  const std::vector<GoldenRun> runs = {
+      {"continuous, 16 seats", {}},
+      {"continuous, 2 seats", {{"engine.max_num_seqs", "2"}}},
+      {"continuous, 40 seats, budget 600", {{"engine.max_num_seqs", "40"}, {"engine.max_num_batched_tokens", "600"}}},
+      {"static, 40 seats", {{"engine.policy", "static"}, {"engine.max_num_seqs", "40"}}},
+  };
+  for (const auto& run : runs) {
+    const std::string diff = first_divergence(base, golden_outputs(wl, run.overrides));
+    CHECK_MESSAGE(diff.empty(), run.label, ": ", diff);
+  }
+}
+
+TEST_CASE("the comparison names the first diverging request and position") {
+  CHECK(first_divergence({{1, 2}, {3}}, {{1, 2}, {3}}).empty());
+  CHECK(first_divergence({{1, 2}, {3, 4}}, {{1, 2}, {3, 5}}) == "request 1 diverges at output position 1: 4 vs 5");
+  CHECK(first_divergence({{1, 2}}, {{1}}) == "request 0: 2 vs 1 tokens");
+}
