@@ -8,7 +8,9 @@
 #include "backend/cost_model.h"
 #include "backend/cpu/cpu_executor.h"
 #include "backend/cpu/kernels.h"
+#include "sim/calibrate.h"
 #include "sim/compare.h"
+#include "sim/generate.h"
 #include "sim/config.h"
 #include "sim/engine.h"
 #include "sim/outputs.h"
@@ -23,7 +25,9 @@ constexpr const char* kUsage =
     "  tandem run WORKLOAD.yaml [--backend sim|cpu] [--clock wall|virtual] [--threads N]\n"
     "             [--set KEY=VALUE ...] [--out DIR] [--quiet]\n"
     "  tandem validate WORKLOAD.yaml [--set KEY=VALUE ...]\n"
-    "  tandem compare RUN_DIR_A RUN_DIR_B\n";
+    "  tandem compare RUN_DIR_A RUN_DIR_B\n"
+    "  tandem calibrate --backend cpu --model PRESET --out PROFILE.yaml [--threads N] [--quick]\n"
+    "  tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [--max-tokens N] [--logits-out FILE]\n";
 
 std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
   std::vector<Override> out;
@@ -109,6 +113,8 @@ int main(int argc, char** argv) {
       if (rest.size() != 2) throw InputError(std::string("compare takes two run folders\n") + kUsage);
       return compare_runs(rest[0], rest[1], std::cout);
     }
+    if (cmd == "generate") return generate_command(rest);
+    if (cmd == "calibrate") return calibrate_command(rest);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       std::cout << kUsage;
       return 0;

@@ -1,6 +1,7 @@
 #include "backend/cpu/kernels.h"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -65,25 +66,49 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
 }
 
+namespace {
+// One tile column of gemm_nt: outputs n0..n0+3 (or the ragged rest) for every row.
+// Strides: X rows ldx apart, W rows ldw apart, Y rows ldy apart.
+void gemm_tile(const float* X, int64_t ldx, int64_t T, int64_t K, const float* W, int64_t ldw, int64_t N, float* Y,
+               int64_t ldy, int64_t tile);
+}  // namespace
+
 void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y) {
-  const int64_t k8 = K / 8 * 8;
   const int64_t n_tiles = (N + 3) / 4;
-  // Tiles of 4 outputs x 2 tokens share loads; every element still sees exactly the
-  // fma8 sequence of dot() over its own row and column.
-#pragma omp parallel for schedule(static) num_threads(threads()) if (T * N * K > (1 << 18))
-  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+  // Rows of X in blocks that stay in L2 (about 1 MB) while every W tile passes over them;
+  // tiles of 4 outputs x 2 rows share loads. Every element still sees exactly the fma8
+  // sequence of dot() over its own row and column. Threads split the outputs.
+  const int64_t rows = std::clamp<int64_t>((int64_t(1) << 20) / (4 * std::max<int64_t>(K, 1)) / 2 * 2, 2, 256);
+#pragma omp parallel num_threads(threads()) if (T * N * K > (1 << 18))
+  for (int64_t t0 = 0; t0 < T; t0 += rows) {
+    const int64_t tb = std::min(rows, T - t0);
+#pragma omp for schedule(static)
+    for (int64_t tile = 0; tile < n_tiles; ++tile) gemm_tile(X + t0 * K, K, tb, K, W, K, N, Y + t0 * N, N, tile);
+  }
+}
+
+void gemm_nt_serial(const float* X, int64_t ldx, int64_t T, int64_t K, const float* W, int64_t ldw, int64_t N, float* Y,
+                    int64_t ldy) {
+  for (int64_t tile = 0; tile < (N + 3) / 4; ++tile) gemm_tile(X, ldx, T, K, W, ldw, N, Y, ldy, tile);
+}
+
+namespace {
+void gemm_tile(const float* X, int64_t ldx, int64_t T, int64_t K, const float* W, int64_t ldw, int64_t N, float* Y,
+               int64_t ldy, int64_t tile) {
+  const int64_t k8 = K / 8 * 8;
+  {
     const int64_t n0 = tile * 4;
     if (n0 + 4 > N) {  // ragged edge: plain fixed-order dots
       for (int64_t n = n0; n < N; ++n)
-        for (int64_t t = 0; t < T; ++t) Y[t * N + n] = dot(X + t * K, W + n * K, K);
-      continue;
+        for (int64_t t = 0; t < T; ++t) Y[t * ldy + n] = dot(X + t * ldx, W + n * ldw, K);
+      return;
     }
-    const float* w0 = W + n0 * K;
-    const float *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    const float* w0 = W + n0 * ldw;
+    const float *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
     int64_t t = 0;
     for (; t + 2 <= T; t += 2) {
-      const float* x0 = X + t * K;
-      const float* x1 = x0 + K;
+      const float* x0 = X + t * ldx;
+      const float* x1 = x0 + ldx;
       Acc a00 = acc_zero(), a01 = acc_zero(), a02 = acc_zero(), a03 = acc_zero();
       Acc a10 = acc_zero(), a11 = acc_zero(), a12 = acc_zero(), a13 = acc_zero();
       for (int64_t k = 0; k < k8; k += 8) {
@@ -96,8 +121,8 @@ void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, fl
         a12 = fma8(x1 + k, w2 + k, a12);
         a13 = fma8(x1 + k, w3 + k, a13);
       }
-      float* y0 = Y + t * N + n0;
-      float* y1 = y0 + N;
+      float* y0 = Y + t * ldy + n0;
+      float* y1 = y0 + ldy;
       y0[0] = finish(a00, x0, w0, k8, K);
       y0[1] = finish(a01, x0, w1, k8, K);
       y0[2] = finish(a02, x0, w2, k8, K);
@@ -108,7 +133,7 @@ void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, fl
       y1[3] = finish(a13, x1, w3, k8, K);
     }
     for (; t < T; ++t) {
-      const float* x0 = X + t * K;
+      const float* x0 = X + t * ldx;
       Acc a0 = acc_zero(), a1 = acc_zero(), a2 = acc_zero(), a3 = acc_zero();
       for (int64_t k = 0; k < k8; k += 8) {
         a0 = fma8(x0 + k, w0 + k, a0);
@@ -116,12 +141,82 @@ void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, fl
         a2 = fma8(x0 + k, w2 + k, a2);
         a3 = fma8(x0 + k, w3 + k, a3);
       }
-      float* y0 = Y + t * N + n0;
+      float* y0 = Y + t * ldy + n0;
       y0[0] = finish(a0, x0, w0, k8, K);
       y0[1] = finish(a1, x0, w1, k8, K);
       y0[2] = finish(a2, x0, w2, k8, K);
       y0[3] = finish(a3, x0, w3, k8, K);
     }
+  }
+}
+}  // namespace
+
+void weighted_rows_sum(const float* p, int64_t n, const float* const* rows, int64_t D, float* out) {
+  int64_t d0 = 0;
+#ifdef TANDEM_AVX2
+  for (; d0 + 8 <= D; d0 += 8) {
+    __m256 a[8];
+    for (auto& x : a) x = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; ++j)
+      a[j % 8] = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(rows[j] + d0), a[j % 8]);
+    const __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                                   _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+    _mm256_storeu_ps(out + d0, t);
+  }
+#endif
+  for (int64_t d = d0; d < D; ++d) {
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t j = 0; j < n; ++j) l[j % 8] = std::fma(p[j], rows[j][d], l[j % 8]);
+    out[d] = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+  }
+}
+
+float lane_sum(const float* x, int64_t n) {
+  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < n; ++i) l[i % 8] += x[i];
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+namespace {
+// Cephes expf, lane by lane: the same operations in the same order for every lane.
+#ifdef TANDEM_AVX2
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3365f)), _mm256_set1_ps(88.3762626647950f));
+  __m256 fx = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(0.5f)));
+  x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(0.693359375f)));
+  x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(-2.12194440e-4f)));
+  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+  for (float c : {1.3981999507E-3f, 8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f})
+    y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(c));
+  y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(y, _mm256_mul_ps(x, x)), x), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+void exp_block(float* v) { _mm256_storeu_ps(v, exp8(_mm256_loadu_ps(v))); }
+#else
+void exp_block(float* v) {
+  for (int l = 0; l < 8; ++l) {
+    float x = std::min(std::max(v[l], -87.3365f), 88.3762626647950f);
+    const float fx = std::floor(x * 1.44269504088896341f + 0.5f);
+    x = x - fx * 0.693359375f;
+    x = x - fx * -2.12194440e-4f;
+    float y = 1.9875691500E-4f;
+    for (float c : {1.3981999507E-3f, 8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f}) y = y * x + c;
+    y = y * (x * x) + x + 1.0f;
+    v[l] = std::ldexp(y, int(fx));
+  }
+}
+#endif
+}  // namespace
+
+void exp_inplace(float* x, int64_t n) {
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t i = 0; i < n8; i += 8) exp_block(x + i);
+  if (n8 < n) {
+    float pad[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::copy(x + n8, x + n, pad);
+    exp_block(pad);
+    std::copy(pad, pad + (n - n8), x + n8);
   }
 }
 

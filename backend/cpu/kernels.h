@@ -15,6 +15,22 @@ void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, fl
 // Used to measure what the numerics contract costs.
 void gemm_nt_eigen(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y);
 
+// gemm_nt on the calling thread only (for callers that parallelise an outer loop), with row
+// strides: X rows ldx apart, W rows ldw apart, Y rows ldy apart. Same per-element order.
+void gemm_nt_serial(const float* X, int64_t ldx, int64_t T, int64_t K, const float* W, int64_t ldw, int64_t N, float* Y,
+                    int64_t ldy);
+
+// x[i] = exp(x[i]) by one 8-lane polynomial (Cephes' expf, relative error ~1e-7). Each element's
+// result depends only on its own value: the tail is evaluated padded, by the same code.
+void exp_inplace(float* x, int64_t n);
+// Sum in the fixed order of dot(): lane i % 8 in ascending i, then the same tree.
+float lane_sum(const float* x, int64_t n);
+
+// out[d] = sum_j p[j] * rows[j][d], bit-identical to gemm_nt(P, V^T) with V^T[d][j] = rows[j][d]
+// (lane j % 8, ascending j, the same tree), without transposing V: decode attention reads
+// values straight from the paged cache.
+void weighted_rows_sum(const float* p, int64_t n, const float* const* rows, int64_t d, float* out);
+
 // Fixed-order dot product (the same lanes and tree as gemm_nt).
 float dot(const float* a, const float* b, int64_t n);
 // y = x / sqrt(mean(x^2) + eps) * w, one row.

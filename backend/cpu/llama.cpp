@@ -116,43 +116,90 @@ void LlamaModel::gemm(const float* x, int64_t t, int64_t k, const std::vector<fl
   else gemm_nt_eigen(x, t, k, w.data(), n, y);
 }
 
-void LlamaModel::attention(int32_t layer, const StepPlan& plan, const std::vector<int32_t>& pos_of,
-                           const std::vector<int32_t>& seq_of, const float* qkv, float* out) {
-  const int32_t H = m_.heads, KV = m_.kv_heads, hd = m_.head_dim(), bs = kv_.block_size();
-  const int64_t T = plan.n_tokens, qkv_stride = int64_t(H + 2 * KV) * hd, group = H / KV;
+void LlamaModel::attention(int32_t layer, const StepPlan& plan, const std::vector<int32_t>& /*pos_of*/,
+                           const std::vector<int32_t>& /*seq_of*/, const float* qkv, float* out) {
+  const int32_t H = m_.heads, KV = m_.kv_heads, hd = m_.head_dim(), bs = kv_.block_size(), group = H / KV;
+  const int64_t qkv_stride = int64_t(H + 2 * KV) * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
-  // Each (token, head) reduces over its keys 0..pos in ascending position order: a fixed
-  // order tied to absolute positions, whatever the batch or the chunking.
-#pragma omp parallel num_threads(threads()) if (T * H > 8)
+  // Work items: (sequence, KV head). Each is two products over that sequence's context,
+  // S = Q K^T and O = P V, with gemm_nt's fixed per-element order; masked keys contribute
+  // exact zeros. So a score, a softmax and an output element depend only on the query's own
+  // absolute position and the keys 0..pos, whatever else is in the step or how it was chunked.
+  std::vector<int64_t> first_token(plan.seqs.size());
+  for (size_t s = 0, t = 0; s < plan.seqs.size(); t += size_t(plan.seqs[s].n_tokens), ++s) first_token[s] = int64_t(t);
+  const int64_t items = int64_t(plan.seqs.size()) * KV;
+#pragma omp parallel num_threads(threads()) if (items > 1)
   {
-    std::vector<float> scores;
-#pragma omp for schedule(static)
-    for (int64_t th = 0; th < T * H; ++th) {
-      const int64_t t = th / H;
-      const int32_t head = int32_t(th % H), g = head / int32_t(group), pos = pos_of[size_t(t)];
-      const auto& table = plan.seqs[size_t(seq_of[size_t(t)])].block_table;
-      const float* q = qkv + t * qkv_stride + int64_t(head) * hd;
-      scores.resize(size_t(pos) + 1);
-      float mx = -INFINITY;
-      for (int32_t j = 0; j <= pos; ++j) {
-        const float* kj = kv_.k(layer, table[size_t(j / bs)], j % bs) + int64_t(g) * hd;
-        scores[size_t(j)] = dot(q, kj, hd) * scale;
-        mx = std::max(mx, scores[size_t(j)]);
+    std::vector<float> Q, K, Vt, S, O;
+    std::vector<const float*> krow, vrow;
+#pragma omp for schedule(dynamic)
+    for (int64_t item = 0; item < items; ++item) {
+      const size_t si = size_t(item / KV);
+      const int32_t g = int32_t(item % KV);
+      const ScheduledSeq& seq = plan.seqs[si];
+      const int32_t n = seq.n_tokens, c0 = seq.n_computed_before, ctx = c0 + n;
+      const int64_t rows = int64_t(n) * group;
+      if (n == 1) {  // decode: read K and V in place; same arithmetic as the products below
+        krow.resize(size_t(ctx));
+        vrow.resize(size_t(ctx));
+        for (int32_t j = 0; j < ctx; ++j) {
+          const int32_t block = seq.block_table[size_t(j / bs)], slot = j % bs;
+          krow[size_t(j)] = kv_.k(layer, block, slot) + int64_t(g) * hd;
+          vrow[size_t(j)] = kv_.v(layer, block, slot) + int64_t(g) * hd;
+        }
+        S.resize(size_t(ctx));
+        for (int32_t hh = 0; hh < group; ++hh) {
+          const int64_t head = int64_t(g) * group + hh;
+          const float* q = qkv + first_token[si] * qkv_stride + head * hd;
+          float mx = -INFINITY;
+          for (int32_t j = 0; j < ctx; ++j) mx = std::max(mx, S[size_t(j)] = dot(q, krow[size_t(j)], hd) * scale);
+          for (int32_t j = 0; j < ctx; ++j) S[size_t(j)] -= mx;
+          exp_inplace(S.data(), ctx);
+          const float inv = 1.0f / lane_sum(S.data(), ctx);
+          for (int32_t j = 0; j < ctx; ++j) S[size_t(j)] *= inv;
+          weighted_rows_sum(S.data(), ctx, vrow.data(), hd, out + first_token[si] * int64_t(H) * hd + head * hd);
+        }
+        continue;
       }
-      float sum = 0;
-      for (int32_t j = 0; j <= pos; ++j) {
-        scores[size_t(j)] = std::exp(scores[size_t(j)] - mx);
-        sum += scores[size_t(j)];
+      Q.resize(size_t(rows * hd));
+      K.resize(size_t(int64_t(ctx) * hd));
+      Vt.resize(size_t(int64_t(hd) * ctx));
+      S.resize(size_t(rows * ctx));
+      O.resize(size_t(rows * hd));
+      for (int32_t i = 0; i < n; ++i)
+        for (int32_t hh = 0; hh < group; ++hh)
+          std::copy_n(qkv + (first_token[si] + i) * qkv_stride + int64_t(g * group + hh) * hd, hd,
+                      &Q[size_t((int64_t(i) * group + hh) * hd)]);
+      for (int32_t j = 0; j < ctx; ++j) {
+        const int32_t block = seq.block_table[size_t(j / bs)], slot = j % bs;
+        std::copy_n(kv_.k(layer, block, slot) + int64_t(g) * hd, hd, &K[size_t(int64_t(j) * hd)]);
+        const float* v = kv_.v(layer, block, slot) + int64_t(g) * hd;
+        for (int32_t d = 0; d < hd; ++d) Vt[size_t(int64_t(d) * ctx + j)] = v[d];
       }
-      float* o = out + t * int64_t(H) * hd + int64_t(head) * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int32_t j = 0; j <= pos; ++j) {
-        const float* vj = kv_.v(layer, table[size_t(j / bs)], j % bs) + int64_t(g) * hd;
-        const float p = scores[size_t(j)];
-        for (int32_t d = 0; d < hd; ++d) o[d] = std::fma(p, vj[d], o[d]);
+      // Query blocks of 64 tokens see keys 0..c0+end of block only: the masked upper triangle
+      // is mostly skipped, and what remains of it contributes exact zeros.
+      for (int32_t i0 = 0; i0 < n; i0 += 64) {
+        const int32_t i1 = std::min(n, i0 + 64), keys = c0 + i1;
+        const int64_t r0 = int64_t(i0) * group, nr = int64_t(i1 - i0) * group;
+        float* Sb = &S[size_t(r0 * ctx)];
+        gemm_nt_serial(&Q[size_t(r0 * hd)], hd, nr, hd, K.data(), hd, keys, Sb, ctx);
+        for (int64_t r = 0; r < nr; ++r) {
+          float* row = Sb + r * ctx;
+          const int32_t visible = c0 + i0 + int32_t(r / group) + 1;  // causal: keys 0..pos
+          float mx = -INFINITY;
+          for (int32_t j = 0; j < visible; ++j) mx = std::max(mx, row[j] *= scale);
+          for (int32_t j = 0; j < visible; ++j) row[j] -= mx;
+          exp_inplace(row, visible);
+          const float inv = 1.0f / lane_sum(row, visible);
+          for (int32_t j = 0; j < visible; ++j) row[j] *= inv;
+          std::fill(row + visible, row + keys, 0.0f);
+        }
+        gemm_nt_serial(Sb, ctx, nr, keys, Vt.data(), ctx, hd, &O[size_t(r0 * hd)], hd);
       }
-      const float inv = 1.0f / sum;
-      for (int32_t d = 0; d < hd; ++d) o[d] *= inv;
+      for (int32_t i = 0; i < n; ++i)
+        for (int32_t hh = 0; hh < group; ++hh)
+          std::copy_n(&O[size_t((int64_t(i) * group + hh) * hd)], hd,
+                      out + (first_token[si] + i) * int64_t(H) * hd + int64_t(g * group + hh) * hd);
     }
   }
 }
@@ -220,7 +267,9 @@ void LlamaModel::forward(const StepPlan& plan, std::span<const Token> tokens, st
       const float* g = &gu_[size_t(t * 2 * f)];
       const float* u = g + f;
       float* a = &act_[size_t(t * f)];
-      for (int64_t i = 0; i < f; ++i) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      for (int64_t i = 0; i < f; ++i) a[i] = -g[i];
+      exp_inplace(a, f);  // SiLU(g) = g / (1 + exp(-g))
+      for (int64_t i = 0; i < f; ++i) a[i] = g[i] / (1.0f + a[i]) * u[i];
     }
     gemm(act_.data(), T, f, L.w_down, h, proj_.data());
     for (size_t i = 0; i < x_.size(); ++i) x_[i] += proj_[i];

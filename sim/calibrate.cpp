@@ -1,0 +1,211 @@
+#include "sim/calibrate.h"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <unistd.h>
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/llama.h"
+#include "sim/config.h"
+#include "sim/rng.h"
+
+namespace tandem {
+
+namespace {
+constexpr int kFeatures = 6;  // 1, tokens, seqs, attention pairs, context tokens, samples
+
+Eigen::Matrix<double, 1, kFeatures> row_of(const PlanFeatures& f) {
+  Eigen::Matrix<double, 1, kFeatures> r;
+  r << 1.0, f.tokens, f.seqs, f.attn_pairs, f.context_tokens, f.samples;
+  return r;
+}
+
+double predict(const FittedCoefficients& c, const PlanFeatures& f) {
+  return c.overhead_s + c.per_token_s * f.tokens + c.per_seq_s * f.seqs + c.per_attn_pair_s * f.attn_pairs +
+         c.per_context_token_s * f.context_tokens + c.per_sample_s * f.samples;
+}
+
+struct GridPlan {
+  std::vector<std::pair<int32_t, int32_t>> seqs;  // (context before, new tokens)
+  bool samples = true;
+};
+
+std::vector<GridPlan> grid(int32_t max_len, bool quick) {
+  std::vector<GridPlan> g;
+  for (int32_t n : {16, 64, 128, 256, 512, 1024, 2048})
+    if (n <= max_len) g.push_back({{{0, n}}, true});
+  for (int32_t c0 : {256, 1024})
+    for (int32_t n : {64, 256})
+      if (c0 + n <= max_len) g.push_back({{{c0, n}}, false});  // a chunk over a cached prefix, no sample
+  g.push_back({{{0, 64}, {0, 64}, {0, 64}, {0, 64}}, true});
+  g.push_back({std::vector<std::pair<int32_t, int32_t>>(8, {0, 32}), true});
+  for (int32_t s : {1, 2, 4, 8, 16, 32, 64})
+    for (int32_t ctx : {16, 128, 512, 1024}) {
+      if (quick && (s > 16 || ctx > 512)) continue;
+      if (ctx < max_len) g.push_back({std::vector<std::pair<int32_t, int32_t>>(size_t(s), {ctx, 1}), true});
+    }
+  for (int32_t s : {4, 16}) {
+    GridPlan p{{{0, 128}}, true};
+    for (int32_t i = 0; i < s; ++i) p.seqs.push_back({256, 1});
+    g.push_back(p);
+  }
+  return g;
+}
+}  // namespace
+
+FittedCoefficients fit_cost_model(const std::vector<CalibrationPoint>& points) {
+  std::array<bool, kFeatures> active;
+  active.fill(true);
+  Eigen::VectorXd coef = Eigen::VectorXd::Zero(kFeatures);
+  for (int iter = 0; iter < kFeatures; ++iter) {
+    std::vector<int> cols;
+    for (int j = 0; j < kFeatures; ++j)
+      if (active[size_t(j)]) cols.push_back(j);
+    Eigen::MatrixXd A(points.size(), cols.size());
+    Eigen::VectorXd b(points.size());
+    for (size_t i = 0; i < points.size(); ++i) {
+      const auto r = row_of(points[i].f);
+      const double w = 1.0 / points[i].seconds;  // relative error
+      for (size_t k = 0; k < cols.size(); ++k) A(long(i), long(k)) = r(cols[k]) * w;
+      b(long(i)) = 1.0;
+    }
+    const Eigen::VectorXd x = A.colPivHouseholderQr().solve(b);
+    coef.setZero();
+    bool negative = false;
+    for (size_t k = 0; k < cols.size(); ++k) coef(cols[k]) = x(long(k));
+    // Drop the most negative coefficient and refit.
+    int worst = -1;
+    for (size_t k = 0; k < cols.size(); ++k)
+      if (x(long(k)) < 0 && (worst < 0 || x(long(k)) < coef(worst))) worst = cols[k];
+    if (worst >= 0) {
+      active[size_t(worst)] = false;
+      negative = true;
+    }
+    if (!negative) break;
+    coef(worst) = 0;
+  }
+  FittedCoefficients c;
+  c.overhead_s = std::max(0.0, coef(0));
+  c.per_token_s = std::max(0.0, coef(1));
+  c.per_seq_s = std::max(0.0, coef(2));
+  c.per_attn_pair_s = std::max(0.0, coef(3));
+  c.per_context_token_s = std::max(0.0, coef(4));
+  c.per_sample_s = std::max(0.0, coef(5));
+  return c;
+}
+
+int calibrate_command(const std::vector<std::string>& args) {
+  namespace po = boost::program_options;
+  po::options_description opts("tandem calibrate");
+  opts.add_options()("backend", po::value<std::string>()->default_value("cpu"), "cpu")(
+      "model", po::value<std::string>()->default_value("tiny"), "model preset")(
+      "out", po::value<std::string>(), "profile to write (YAML)")(
+      "threads", po::value<int>()->default_value(0), "threads (0: all cores)")(
+      "reps", po::value<int>()->default_value(5), "timed repetitions per grid point (median)")(
+      "quick", po::bool_switch(), "a smaller grid");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(opts).run(), vm);
+  po::notify(vm);
+  if (vm["backend"].as<std::string>() != "cpu")
+    throw InputError(fmt::format("calibrate --backend {}: only cpu is available in this build", vm["backend"].as<std::string>()));
+  if (!vm.count("out")) throw InputError("calibrate: --out PROFILE.yaml is required");
+  auto preset = model_preset(vm["model"].as<std::string>());
+  if (!preset) throw InputError(fmt::format("calibrate: unknown model preset '{}' (known: {})", vm["model"].as<std::string>(), model_preset_names()));
+  const ModelSpec m = *preset;
+  const int threads = vm["threads"].as<int>(), reps = std::max(1, vm["reps"].as<int>());
+  cpu::set_threads(threads);
+  const auto plans = grid(m.max_model_len, vm["quick"].as<bool>());
+  int32_t max_tokens = 0;
+  for (const auto& p : plans) {
+    int32_t t = 0;
+    for (auto [c0, n] : p.seqs) t += (c0 + n + 15) / 16 * 16;
+    max_tokens = std::max(max_tokens, t);
+  }
+  const int32_t bs = 16, blocks = max_tokens / bs;
+  cpu::LlamaModel model(m, cpu::dummy_weights(m, 1), blocks, bs);
+  Rng rng(2);
+  // Fill the KV store once with real-looking values (never time on zeros).
+  {
+    StepPlan warm;
+    std::vector<int32_t> table(size_t(std::min(blocks, m.max_model_len / bs)));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
+    for (int32_t b0 = 0; b0 < blocks; b0 += int32_t(table.size())) {
+      for (size_t i = 0; i < table.size(); ++i) table[i] = std::min(blocks - 1, b0 + int32_t(i));
+      const int32_t n = int32_t(table.size()) * bs;
+      warm.clear();
+      warm.seqs.push_back({0, n, 0, false, table});
+      warm.n_tokens = n;
+      for (int32_t i = 0; i < n; ++i) warm.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
+      std::vector<Token> s;
+      model.forward(warm, warm.tokens, s);
+    }
+  }
+  std::vector<CalibrationPoint> points;
+  std::vector<std::vector<int32_t>> tables;
+  fmt::print(stderr, "calibrating {} on the CPU, {} threads, {} grid points x {} reps\n", m.name, cpu::threads(), plans.size(), reps);
+  for (const GridPlan& g : plans) {
+    StepPlan plan;
+    tables.assign(g.seqs.size(), {});
+    int32_t next = 0;
+    for (size_t i = 0; i < g.seqs.size(); ++i) {
+      const auto [c0, n] = g.seqs[i];
+      for (int32_t b = 0; b < (c0 + n + bs - 1) / bs; ++b) tables[i].push_back(next++);
+      plan.seqs.push_back({ReqId(i), n, c0, g.samples, tables[i]});
+      plan.n_tokens += n;
+      plan.n_samples += g.samples;
+      for (int32_t k = 0; k < n; ++k) plan.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
+    }
+    std::vector<double> t;
+    std::vector<Token> sampled;
+    for (int r = 0; r <= reps; ++r) {
+      sampled.clear();
+      const auto t0 = std::chrono::steady_clock::now();
+      model.forward(plan, plan.tokens, sampled);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) t.push_back(s);  // the first run warms caches
+    }
+    std::sort(t.begin(), t.end());
+    points.push_back({plan_features(plan), t[t.size() / 2]});
+  }
+  FittedCoefficients c = fit_cost_model(points);
+  c.backend = "cpu";
+  c.model = m.name;
+  c.threads = cpu::threads();
+  std::vector<double> err;
+  fmt::print("{:>8}{:>6}{:>14}{:>12}{:>12}{:>9}\n", "tokens", "seqs", "context", "measured_ms", "fitted_ms", "error");
+  for (const auto& p : points) {
+    const double pred = predict(c, p.f);
+    err.push_back(std::fabs(pred - p.seconds) / p.seconds);
+    fmt::print("{:>8.0f}{:>6.0f}{:>14.0f}{:>12.3f}{:>12.3f}{:>8.1f}%\n", p.f.tokens, p.f.seqs, p.f.context_tokens,
+               p.seconds * 1e3, pred * 1e3, 100 * (pred - p.seconds) / p.seconds);
+  }
+  std::vector<double> sorted = err;
+  std::sort(sorted.begin(), sorted.end());
+  const double ram_gb = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9;
+  std::ofstream out(vm["out"].as<std::string>());
+  if (!out) throw InputError(fmt::format("calibrate: cannot write {}", vm["out"].as<std::string>()));
+  fmt::print(out,
+             "# tandem calibrate --backend cpu --model {}: step time fitted to {} measured grid points\n"
+             "# (median of {} reps each); relative error median {:.1f}%, max {:.1f}%.\n"
+             "name: cpu-{}-fitted\n"
+             "memory_gb: {:.1f}\n"
+             "fitted:\n"
+             "  backend: cpu\n  model: {}\n  threads: {}\n"
+             "  overhead_us: {}\n  per_token_us: {}\n  per_seq_us: {}\n  per_attn_pair_ns: {}\n"
+             "  per_context_token_ns: {}\n  per_sample_us: {}\n",
+             m.name, points.size(), reps, 100 * sorted[sorted.size() / 2], 100 * sorted.back(), m.name, ram_gb, m.name,
+             c.threads, c.overhead_s * 1e6, c.per_token_s * 1e6, c.per_seq_s * 1e6, c.per_attn_pair_s * 1e9,
+             c.per_context_token_s * 1e9, c.per_sample_s * 1e6);
+  fmt::print("fit: median relative error {:.1f}%, max {:.1f}% over {} points; profile written to {}\n",
+             100 * sorted[sorted.size() / 2], 100 * sorted.back(), points.size(), vm["out"].as<std::string>());
+  return 0;
+}
+
+}  // namespace tandem

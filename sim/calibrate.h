@@ -1,0 +1,23 @@
+// `tandem calibrate`: measure a real backend's step time over a grid of batch compositions
+// and fit the linear cost model (least squares with Eigen) that `hardware: PROFILE.yaml`
+// then uses in simulated time.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "backend/cost_model.h"
+
+namespace tandem {
+
+struct CalibrationPoint {
+  PlanFeatures f;
+  double seconds;  // measured median
+};
+
+// Fits FittedCoefficients minimising the squared relative error; coefficients that come out
+// negative are dropped (fixed at zero) and the rest refitted, so every term stays physical.
+FittedCoefficients fit_cost_model(const std::vector<CalibrationPoint>& points);
+
+int calibrate_command(const std::vector<std::string>& args);
+
+}  // namespace tandem

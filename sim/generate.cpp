@@ -1,0 +1,91 @@
+#include "sim/generate.h"
+
+#include <fmt/format.h>
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/llama.h"
+#include "sim/config.h"
+
+namespace tandem {
+
+namespace po = boost::program_options;
+
+int generate_command(const std::vector<std::string>& args) {
+  po::options_description opts("tandem generate");
+  opts.add_options()("checkpoint", po::value<std::string>(), "Hugging Face folder (config.json + *.safetensors)")(
+      "model", po::value<std::string>(), "or a preset with dummy weights")(
+      "seed", po::value<uint64_t>()->default_value(0), "dummy weights' seed")(
+      "prompt", po::value<std::string>(), "space-separated token ids")(
+      "max-tokens", po::value<int>()->default_value(32), "tokens to generate")(
+      "logits-out", po::value<std::string>(), "write the logits of every prompt position and generated token "
+                                               "(float32, row-major [positions][vocab])")(
+      "threads", po::value<int>()->default_value(0), "threads (0: all cores)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(opts).run(), vm);
+  po::notify(vm);
+  if (vm.count("checkpoint") == vm.count("model")) throw InputError("generate: give --checkpoint DIR or --model PRESET");
+  if (!vm.count("prompt")) throw InputError("generate: --prompt \"ID ID ...\" is required");
+  cpu::set_threads(vm["threads"].as<int>());
+  ModelSpec m;
+  cpu::LlamaWeights w;
+  if (vm.count("checkpoint")) {
+    w = cpu::load_checkpoint(vm["checkpoint"].as<std::string>(), m);
+    m.name = vm["checkpoint"].as<std::string>();
+  } else {
+    auto p = model_preset(vm["model"].as<std::string>());
+    if (!p) throw InputError(fmt::format("generate: unknown model preset '{}'", vm["model"].as<std::string>()));
+    m = *p;
+    w = cpu::dummy_weights(m, vm["seed"].as<uint64_t>());
+  }
+  std::vector<Token> prompt;
+  std::istringstream in(vm["prompt"].as<std::string>());
+  for (std::string tok; in >> tok;) {
+    size_t used = 0;
+    long v = -1;
+    try {
+      v = std::stol(tok, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != tok.size() || v < 0 || v >= m.vocab)
+      throw InputError(fmt::format("generate: --prompt: '{}' is not a token id in [0, {})", tok, m.vocab));
+    prompt.push_back(Token(v));
+  }
+  const int n_new = vm["max-tokens"].as<int>();
+  if (prompt.empty() || n_new < 0) throw InputError("generate: need a non-empty prompt and --max-tokens >= 0");
+  const int32_t total = int32_t(prompt.size()) + n_new;
+  if (total > m.max_model_len) m.max_model_len = total;
+  const int32_t bs = 16, blocks = (total + bs - 1) / bs;
+  cpu::LlamaModel model(m, std::move(w), blocks, bs);
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int32_t b = 0; b < blocks; ++b) table[size_t(b)] = b;
+  // One token per step, so every position's logits come out; the chunk-invariance of the
+  // model makes this identical to one prefill of the whole prompt.
+  std::vector<Token> seq = prompt, sampled;
+  std::vector<float> logits, all;
+  for (int32_t pos = 0; pos + 1 < total; ++pos) {
+    StepPlan plan;
+    plan.seqs.push_back({0, 1, pos, true, table});
+    plan.n_tokens = 1;
+    plan.n_samples = 1;
+    plan.tokens = {seq[size_t(pos)]};
+    sampled.clear();
+    model.forward(plan, plan.tokens, sampled, &logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+    if (pos + 1 >= int32_t(prompt.size())) seq.push_back(sampled[0]);
+  }
+  for (size_t i = prompt.size(); i < seq.size(); ++i) std::cout << (i > prompt.size() ? " " : "") << seq[i];
+  std::cout << "\n";
+  if (vm.count("logits-out")) {
+    std::ofstream f(vm["logits-out"].as<std::string>(), std::ios::binary);
+    if (!f) throw InputError(fmt::format("generate: cannot write {}", vm["logits-out"].as<std::string>()));
+    f.write(reinterpret_cast<const char*>(all.data()), std::streamsize(all.size() * sizeof(float)));
+  }
+  return 0;
+}
+
+}  // namespace tandem
