@@ -147,32 +147,41 @@ int calibrate_command(const std::vector<std::string>& args) {
       model.forward(warm, warm.tokens, s);
     }
   }
-  std::vector<CalibrationPoint> points;
-  std::vector<std::vector<int32_t>> tables;
-  fmt::print(stderr, "calibrating {} on the CPU, {} threads, {} grid points x {} reps\n", m.name, cpu::threads(), plans.size(), reps);
-  for (const GridPlan& g : plans) {
-    StepPlan plan;
-    tables.assign(g.seqs.size(), {});
+  // Build every grid plan first, then time them round-robin: a burst of interference from
+  // elsewhere on the machine then touches one repetition of many points, not all
+  // repetitions of one, and the per-point median discards it.
+  std::vector<StepPlan> grid_plans(plans.size());
+  std::vector<std::vector<std::vector<int32_t>>> tables(plans.size());
+  for (size_t p = 0; p < plans.size(); ++p) {
+    const GridPlan& g = plans[p];
+    StepPlan& plan = grid_plans[p];
+    tables[p].assign(g.seqs.size(), {});
     int32_t next = 0;
     for (size_t i = 0; i < g.seqs.size(); ++i) {
       const auto [c0, n] = g.seqs[i];
-      for (int32_t b = 0; b < (c0 + n + bs - 1) / bs; ++b) tables[i].push_back(next++);
-      plan.seqs.push_back({ReqId(i), n, c0, g.samples, tables[i]});
+      for (int32_t b = 0; b < (c0 + n + bs - 1) / bs; ++b) tables[p][i].push_back(next++);
+      plan.seqs.push_back({ReqId(i), n, c0, g.samples, tables[p][i]});
       plan.n_tokens += n;
       plan.n_samples += g.samples;
       for (int32_t k = 0; k < n; ++k) plan.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
     }
-    std::vector<double> t;
-    std::vector<Token> sampled;
-    for (int r = 0; r <= reps; ++r) {
+  }
+  fmt::print(stderr, "calibrating {} on the CPU, {} threads, {} grid points x {} reps\n", m.name, cpu::threads(), plans.size(), reps);
+  std::vector<std::vector<double>> times(plans.size());
+  std::vector<Token> sampled;
+  for (int r = 0; r <= reps; ++r) {
+    for (size_t p = 0; p < plans.size(); ++p) {
       sampled.clear();
       const auto t0 = std::chrono::steady_clock::now();
-      model.forward(plan, plan.tokens, sampled);
+      model.forward(grid_plans[p], grid_plans[p].tokens, sampled);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (r > 0) t.push_back(s);  // the first run warms caches
+      if (r > 0) times[p].push_back(s);  // round 0 warms caches
     }
-    std::sort(t.begin(), t.end());
-    points.push_back({plan_features(plan), t[t.size() / 2]});
+  }
+  std::vector<CalibrationPoint> points;
+  for (size_t p = 0; p < plans.size(); ++p) {
+    std::sort(times[p].begin(), times[p].end());
+    points.push_back({plan_features(grid_plans[p]), times[p][times[p].size() / 2]});
   }
   FittedCoefficients c = fit_cost_model(points);
   c.backend = "cpu";

@@ -1,0 +1,88 @@
+// The fitted cost model: least squares recovers known coefficients, keeps them physical,
+// and a profile file drives simulated time.
+#include <doctest/doctest.h>
+
+#include "backend/cost_model.h"
+#include "sim/calibrate.h"
+#include "sim/config.h"
+#include "sim/rng.h"
+
+using namespace tandem;
+
+TEST_CASE("fit_cost_model recovers the coefficients of exactly linear data") {
+  FittedCoefficients truth;
+  truth.overhead_s = 300e-6;
+  truth.per_token_s = 40e-6;
+  truth.per_seq_s = 5e-6;
+  truth.per_attn_pair_s = 2e-9;
+  truth.per_context_token_s = 30e-9;
+  truth.per_sample_s = 20e-6;
+  Rng rng(1);
+  std::vector<CalibrationPoint> pts;
+  for (int i = 0; i < 60; ++i) {
+    PlanFeatures f;
+    f.seqs = double(rng.uniform_int(1, 64));
+    f.samples = std::floor(f.seqs * rng.uniform());
+    f.tokens = f.seqs + double(rng.uniform_int(0, 2000));
+    f.context_tokens = f.tokens + double(rng.uniform_int(0, 30000));
+    f.attn_pairs = f.tokens * double(rng.uniform_int(1, 3000));
+    const double t = truth.overhead_s + truth.per_token_s * f.tokens + truth.per_seq_s * f.seqs +
+                     truth.per_attn_pair_s * f.attn_pairs + truth.per_context_token_s * f.context_tokens +
+                     truth.per_sample_s * f.samples;
+    pts.push_back({f, t});
+  }
+  const FittedCoefficients c = fit_cost_model(pts);
+  CHECK(c.overhead_s == doctest::Approx(truth.overhead_s).epsilon(1e-6));
+  CHECK(c.per_token_s == doctest::Approx(truth.per_token_s).epsilon(1e-6));
+  CHECK(c.per_seq_s == doctest::Approx(truth.per_seq_s).epsilon(1e-6));
+  CHECK(c.per_attn_pair_s == doctest::Approx(truth.per_attn_pair_s).epsilon(1e-6));
+  CHECK(c.per_context_token_s == doctest::Approx(truth.per_context_token_s).epsilon(1e-6));
+  CHECK(c.per_sample_s == doctest::Approx(truth.per_sample_s).epsilon(1e-6));
+}
+
+TEST_CASE("fit_cost_model drops terms that would come out negative") {
+  // Time falls slightly with the number of sequences: an unconstrained fit would give
+  // per_seq < 0; the fit must keep every coefficient >= 0.
+  std::vector<CalibrationPoint> pts;
+  for (int s = 1; s <= 20; ++s) {
+    PlanFeatures f;
+    f.seqs = s;
+    f.samples = s;
+    f.tokens = 100.0 * s;
+    f.context_tokens = f.tokens;
+    f.attn_pairs = f.tokens;
+    pts.push_back({f, 1e-3 + 1e-5 * f.tokens - 2e-6 * s});
+  }
+  const FittedCoefficients c = fit_cost_model(pts);
+  for (double v : {c.overhead_s, c.per_token_s, c.per_seq_s, c.per_attn_pair_s, c.per_context_token_s, c.per_sample_s})
+    CHECK(v >= 0);
+}
+
+TEST_CASE("a hardware profile with fitted coefficients drives the cost model, for its model only") {
+  const std::string prof = R"(model: tiny
+hardware:
+  name: p
+  memory_gb: 24
+  fitted: {backend: cpu, model: tiny, threads: 2, overhead_us: 100, per_token_us: 10, per_seq_us: 1,
+           per_attn_pair_ns: 1, per_context_token_ns: 2, per_sample_us: 3}
+engine: {num_kv_blocks: 100}
+requests: {count: 1, arrival: {process: burst}, prompt_len: 10, output_len: 2}
+)";
+  Workload w = parse_workload(prof, "w.yaml");
+  REQUIRE(w.hardware.fitted);
+  auto model = make_cost_model(w.model, w.hardware);
+  StepPlan p;
+  p.seqs.push_back({0, 10, 0, true, {}});
+  p.n_tokens = 10;
+  p.n_samples = 1;
+  // 100 + 10*10 + 1*1 + 55 pairs*1ns + 10 ctx*2ns + 3 = 204.075 us
+  CHECK(model->estimate(p).total_s() == doctest::Approx(204.075e-6).epsilon(1e-9));
+  std::string other = prof;
+  other.replace(0, 11, "model: llama3-8b");
+  try {
+    parse_workload(other, "w.yaml");
+    FAIL("expected an error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("fitted on model 'tiny'") != std::string::npos);
+  }
+}
