@@ -4,7 +4,8 @@ BUILD ?= build
 TANDEM := $(BUILD)/tandem
 WORKLOAD ?= workloads/quickstart.yaml
 
-.PHONY: all setup build run test test-unit bench bench-scheduler bench-sim bench-continuous clean
+.PHONY: all setup build run test test-unit test-golden bench bench-scheduler bench-sim bench-continuous bench-cpu \
+        sim-vs-measured hf-check clean
 
 all: build
 
@@ -31,7 +32,10 @@ test: build
 test-unit: build
 	meson test -C $(BUILD) --suite unit --print-errorlogs
 
-bench: bench-scheduler bench-sim bench-continuous
+test-golden: build
+	meson test -C $(BUILD) --suite golden --print-errorlogs
+
+bench: bench-scheduler bench-sim bench-continuous bench-cpu
 
 bench-scheduler: build
 	$(BUILD)/tests/bench_scheduler
@@ -43,6 +47,17 @@ bench-sim: build
 
 bench-continuous: build
 	tools/bench-continuous --tandem $(TANDEM) workloads/mixed_long_short.yaml
+
+bench-cpu: build
+	$(BUILD)/tests/bench_cpu
+
+# Calibrate the CPU backend, then the stage 1 CPU workload measured vs simulated.
+sim-vs-measured: build
+	tools/sim-vs-measured
+
+# The CPU model against Hugging Face transformers (needs tools/hf-check-setup once).
+hf-check: build
+	tools/hf-check
 
 clean:
 	rm -rf $(BUILD)

@@ -51,6 +51,11 @@ StepCost FittedCostModel::estimate(const StepPlan& plan) const {
   c.gemm_s = c_.per_token_s * f.tokens + c_.per_sample_s * f.samples;
   c.attention_s = c_.per_attn_pair_s * f.attn_pairs + c_.per_context_token_s * f.context_tokens;
   c.overhead_s = c_.overhead_s + c_.per_seq_s * f.seqs;
+  if (plan.after_idle) {
+    c.gemm_s *= c_.idle_factor;
+    c.attention_s *= c_.idle_factor;
+    c.overhead_s *= c_.idle_factor;
+  }
   return c;
 }
 

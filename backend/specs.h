@@ -44,6 +44,7 @@ struct FittedCoefficients {
   double per_attn_pair_s = 0;     // per (query, key) pair of attention
   double per_context_token_s = 0; // per context token read from the KV cache
   double per_sample_s = 0;        // per sampled sequence (LM head, argmax)
+  double idle_factor = 1.0;       // multiplies a step that starts after the backend was idle
 };
 
 struct HardwareSpec {

@@ -18,6 +18,8 @@ struct ScheduledSeq {
   std::span<const int32_t> block_table;  // KV block ids; valid until the scheduler next mutates
 };
 
+constexpr Duration kIdleGap = 1'000'000;  // 1 ms
+
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;
   int32_t n_tokens = 0;       // == sum of seqs[i].n_tokens
@@ -27,9 +29,13 @@ struct StepPlan {
   // Input token ids, seqs in order, n_tokens each. Attached by the engine for executors that
   // compute (real backends); empty in simulated time. The scheduler never reads them.
   std::vector<Token> tokens;
+  // The instance was idle (at least kIdleGap) before this step. Set by the engine; a real
+  // backend pays for waking up (threads, caches, clocks) and a fitted cost model charges it.
+  bool after_idle = false;
   void clear() {
     seqs.clear();
     tokens.clear();
+    after_idle = false;
     n_tokens = n_prefill_seqs = n_decode_seqs = n_samples = 0;
   }
   bool empty() const { return seqs.empty(); }

@@ -11,12 +11,16 @@ namespace tandem {
 
 struct CalibrationPoint {
   PlanFeatures f;
-  double seconds;  // measured median
+  double seconds;           // measured
+  bool after_idle = false;  // the step started after the backend sat idle
 };
 
-// Fits FittedCoefficients minimising the squared relative error; coefficients that come out
-// negative are dropped (fixed at zero) and the rest refitted, so every term stays physical.
+// Fits FittedCoefficients on the back-to-back points, minimising the squared relative error;
+// coefficients that come out negative are dropped (fixed at zero) and the rest refitted, so
+// every term stays physical. idle_factor is the median ratio of the after-idle points'
+// time to that fit (1 if there are none).
 FittedCoefficients fit_cost_model(const std::vector<CalibrationPoint>& points);
+double predict_seconds(const FittedCoefficients& c, const PlanFeatures& f, bool after_idle);
 
 int calibrate_command(const std::vector<std::string>& args);
 

@@ -101,16 +101,8 @@ ModelSpec parse_model(const Field& f) {
     m.name = f.get_string("name", std::filesystem::path(m.checkpoint).filename().string());
     m.dtype = "fp32";
     const HfLlamaConfig c = Checkpoint(m.checkpoint).config();
-    m.hidden = c.hidden_size;
-    m.ffn = c.intermediate_size;
-    m.layers = c.num_hidden_layers;
-    m.heads = c.num_attention_heads;
-    m.kv_heads = c.num_key_value_heads;
-    m.vocab = c.vocab_size;
-    m.rope_theta = c.rope_theta;
-    m.rms_norm_eps = c.rms_norm_eps;
-    m.tie_embeddings = c.tie_word_embeddings;
     m.max_model_len = int32_t(f.get_int("max_model_len", c.max_position_embeddings, 1, c.max_position_embeddings));
+    apply_hf_config(c, m);
     m.dtype = f.get_string("dtype", m.dtype);
     return m;
   }
@@ -143,7 +135,7 @@ ModelSpec parse_model(const Field& f) {
 
 FittedCoefficients parse_fitted(const Field& f) {
   f.expect_map({"backend", "model", "threads", "overhead_us", "per_token_us", "per_seq_us", "per_attn_pair_ns",
-                "per_context_token_ns", "per_sample_us", "fit"});
+                "per_context_token_ns", "per_sample_us", "idle_factor"});
   FittedCoefficients c;
   c.backend = f["backend"].as_string();
   c.model = f["model"].as_string();
@@ -154,6 +146,7 @@ FittedCoefficients parse_fitted(const Field& f) {
   c.per_attn_pair_s = f["per_attn_pair_ns"].as_double(0, 1e12) * 1e-9;
   c.per_context_token_s = f["per_context_token_ns"].as_double(0, 1e12) * 1e-9;
   c.per_sample_s = f["per_sample_us"].as_double(0, 1e12) * 1e-6;
+  c.idle_factor = f.get_double("idle_factor", 1.0, 0.1, 100);
   return c;
 }
 
@@ -479,6 +472,7 @@ std::string to_yaml(const Workload& w) {
     n["hardware"]["fitted"]["per_attn_pair_ns"] = num(c.per_attn_pair_s * 1e9);
     n["hardware"]["fitted"]["per_context_token_ns"] = num(c.per_context_token_s * 1e9);
     n["hardware"]["fitted"]["per_sample_us"] = num(c.per_sample_s * 1e6);
+    n["hardware"]["fitted"]["idle_factor"] = num(c.idle_factor);
     n["hardware"]["memory_gb"] = num(h.memory_bytes / 1e9);
   } else {
     n["hardware"]["peak_tflops"] = num(h.peak_flops / 1e12);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "sim/config.h"
+#include "sim/parse_number.h"
 
 namespace tandem {
 
@@ -65,14 +66,8 @@ void CsvFile::fail(size_t col, const std::string& what) const {
 
 double CsvFile::number(const std::vector<std::string>& row, size_t col, double lo, double hi) const {
   const std::string& s = row[col];
-  size_t used = 0;
   double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (s.empty() || used != s.size() || !std::isfinite(v)) fail(col, fmt::format("expected a number, got '{}'", s));
+  if (!parse_double(s, v)) fail(col, fmt::format("expected a number, got '{}'", s));
   if (v < lo || v > hi) fail(col, fmt::format("{} is out of range [{}, {}]", s, lo, hi));
   return v;
 }

@@ -96,6 +96,7 @@ void Engine::start_step_if_idle() {
   StepPlan& plan = sched_.schedule(now_);
   if (plan.empty()) return;
   if (exec_.needs_tokens()) attach_tokens(plan);
+  plan.after_idle = steps_ == 0 || now_ - last_step_end_ >= kIdleGap;
   try {
     inflight_result_ = exec_.execute(plan);
   } catch (const std::exception& e) {
@@ -109,14 +110,15 @@ void Engine::start_step_if_idle() {
   inflight_.start = now_;
   inflight_.elapsed = inflight_result_.elapsed;
   inflight_.plan = &plan;
-  inflight_.cost = inflight_result_.cost;
+  inflight_.cost = shadow_ ? shadow_->estimate(plan) : inflight_result_.cost;
   inflight_.kv_used = kv_.used_blocks();
   inflight_.kv_reserved = kv_.reserved_remaining();
   inflight_.kv_capacity = kv_.num_blocks();
   inflight_.waiting = sched_.num_waiting();
   inflight_.running = sched_.num_running();
   metrics_.on_step(now_, inflight_.elapsed, inflight_.kv_used, inflight_.kv_capacity);
-  events_.post(now_ + inflight_.elapsed, StepDone{0});
+  last_step_end_ = now_ + inflight_.elapsed;
+  events_.post(last_step_end_, StepDone{0});
 }
 
 void Engine::attach_tokens(StepPlan& plan) {

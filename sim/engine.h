@@ -40,6 +40,9 @@ class Engine {
  public:
   Engine(const Workload& w, RequestSet requests, executor_i& executor, Clock& clock);
   void add_observer(RunObserver* o) { observers_.push_back(o); }
+  // Real backends: also price every step with this cost model, so steps.csv shows the
+  // modelled time beside the measured one (where a simulation would go wrong, step by step).
+  void set_shadow_cost_model(std::unique_ptr<cost_model_i> m) { shadow_ = std::move(m); }
   // Runs to the end. Throws std::runtime_error if a request was lost (a bug, never bad input).
   Summary run();
   const std::vector<Request>& requests() const { return set_.requests; }
@@ -66,6 +69,7 @@ class Engine {
   EventQueue events_;
   MetricsRecorder metrics_;
   std::vector<RunObserver*> observers_;
+  std::unique_ptr<cost_model_i> shadow_;
   std::vector<std::vector<Token>> outputs_;
   PromptTokens prompt_;
   size_t next_arrival_ = 0;
@@ -73,6 +77,7 @@ class Engine {
   StepRecord inflight_;
   StepResult inflight_result_;
   int64_t steps_ = 0;
+  Time last_step_end_ = 0;
 };
 
 }  // namespace tandem

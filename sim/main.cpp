@@ -82,6 +82,7 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   else clock = std::make_unique<VirtualClock>();
   RequestSet rs = generate_requests(w);
   Engine engine(w, std::move(rs), *exec, *clock);
+  if (!exec->simulated()) engine.set_shadow_cost_model(make_cost_model(w.model, w.hardware));
   std::unique_ptr<RunOutputs> outputs;
   if (vm.count("out")) {
     outputs = std::make_unique<RunOutputs>(vm["out"].as<std::string>());

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "sim/config.h"
+#include "sim/parse_number.h"
 
 namespace tandem {
 
@@ -72,14 +73,8 @@ std::string Field::as_string() const {
 
 double Field::as_double(double lo, double hi) const {
   const std::string s = as_string();
-  size_t used = 0;
   double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != s.size() || !std::isfinite(v)) fail(fmt::format("expected a number, got '{}'", s));
+  if (!parse_double(s, v)) fail(fmt::format("expected a number, got '{}'", s));
   if (v < lo || v > hi) fail(fmt::format("{} is out of range [{}, {}]", s, lo, hi));
   return v;
 }

@@ -60,6 +60,16 @@ for key in ttft_ms tpot_ms itl_ms e2e_ms throughput requests prefix_cache backen
   if grep -q "\"$key\"" "$tmp/a/summary.json"; then passes=$((passes + 1)); else echo "FAIL: summary.json lacks $key"; fails=$((fails + 1)); fi
 done
 expect 0 "ttft_ms.p99 .*%" -- compare "$tmp/a" "$tmp/b"
+# The CPU backend writes each request's output token ids.
+expect 0 "backend cpu" -- run "$src/workloads/golden_small.yaml" --backend cpu --clock virtual --set requests.count=6 --out "$tmp/cpu"
+if awk -F, 'NR>1 && $7=="finished" { n=split($16, t, " "); if (n != $6) bad=1 } END { exit bad }' "$tmp/cpu/requests.csv" &&
+   [ "$(awk -F, 'NR>1 && $16!=""' "$tmp/cpu/requests.csv" | wc -l)" = 6 ]; then
+  passes=$((passes + 1))
+else
+  echo "FAIL: cpu requests.csv lacks output tokens"; fails=$((fails + 1))
+fi
+expect 2 "generate: --prompt: 'x' is not a token id" -- generate --model tiny --prompt "1 x 3"
+expect 0 "^[0-9]+ [0-9]+ [0-9]+$" -- generate --model tiny --prompt "1 2 3" --max-tokens 3
 expect 0 "max_num_seqs: 8" -- validate "$src/workloads/quickstart.yaml" --set engine.max_num_seqs=8
 # validate's output is itself a valid workload (round trip).
 "$tandem" validate "$src/workloads/mixed_long_short.yaml" >"$tmp/resolved.yaml" 2>&1

@@ -291,4 +291,17 @@ void write_hf_config(const std::string& folder, const HfLlamaConfig& c) {
   if (!out.flush()) fail("{}: write failed", path);
 }
 
+void apply_hf_config(const HfLlamaConfig& c, ModelSpec& m) {
+  m.hidden = c.hidden_size;
+  m.ffn = c.intermediate_size;
+  m.layers = c.num_hidden_layers;
+  m.heads = c.num_attention_heads;
+  m.kv_heads = c.num_key_value_heads;
+  m.vocab = c.vocab_size;
+  m.rope_theta = c.rope_theta;
+  m.rms_norm_eps = c.rms_norm_eps;
+  m.tie_embeddings = c.tie_word_embeddings;
+  if (m.max_model_len <= 0 || m.max_model_len > c.max_position_embeddings) m.max_model_len = c.max_position_embeddings;
+}
+
 }  // namespace tandem

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/specs.h"
+
 namespace tandem {
 
 struct TensorF32 {
@@ -25,6 +27,11 @@ struct HfLlamaConfig {
   bool tie_word_embeddings = false;
   std::string torch_dtype;  // informational
 };
+
+// Copies the shape fields of a checkpoint's config into a model spec (layers, hidden, heads,
+// KV heads, ffn, vocab, RoPE theta, RMSNorm eps, tied embeddings); max_model_len is capped
+// at max_position_embeddings.
+void apply_hf_config(const HfLlamaConfig& c, ModelSpec& m);
 
 class Checkpoint {
  public:

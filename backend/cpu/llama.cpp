@@ -7,6 +7,9 @@
 #include <stdexcept>
 
 #include "backend/cpu/checkpoint.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "backend/cpu/kernels.h"
 #include "sim/config.h"
 #include "sim/rng.h"
@@ -51,17 +54,8 @@ LlamaWeights dummy_weights(const ModelSpec& m, uint64_t seed) {
 
 LlamaWeights load_checkpoint(const std::string& folder, ModelSpec& m) {
   Checkpoint ck(folder);
-  const HfLlamaConfig& c = ck.config();
-  m.hidden = c.hidden_size;
-  m.ffn = c.intermediate_size;
-  m.layers = c.num_hidden_layers;
-  m.heads = c.num_attention_heads;
-  m.kv_heads = c.num_key_value_heads;
-  m.vocab = c.vocab_size;
-  m.rope_theta = c.rope_theta;
-  m.rms_norm_eps = c.rms_norm_eps;
-  m.tie_embeddings = c.tie_word_embeddings || !ck.has("lm_head.weight");
-  if (m.max_model_len <= 0 || m.max_model_len > c.max_position_embeddings) m.max_model_len = c.max_position_embeddings;
+  apply_hf_config(ck.config(), m);
+  m.tie_embeddings = m.tie_embeddings || !ck.has("lm_head.weight");
   if (m.hidden % m.heads != 0 || m.heads % m.kv_heads != 0)
     throw InputError(fmt::format("{}/config.json: hidden_size {} / heads {} / kv heads {} do not divide", folder, m.hidden,
                                  m.heads, m.kv_heads));
@@ -128,10 +122,17 @@ void LlamaModel::attention(int32_t layer, const StepPlan& plan, const std::vecto
   std::vector<int64_t> first_token(plan.seqs.size());
   for (size_t s = 0, t = 0; s < plan.seqs.size(); t += size_t(plan.seqs[s].n_tokens), ++s) first_token[s] = int64_t(t);
   const int64_t items = int64_t(plan.seqs.size()) * KV;
-#pragma omp parallel num_threads(threads()) if (items > 1)
+  const int nt = threads();
+  if (int(scratch_.size()) < nt) scratch_.resize(size_t(nt));
+#pragma omp parallel num_threads(nt) if (items > 1)
   {
-    std::vector<float> Q, K, Vt, S, O;
-    std::vector<const float*> krow, vrow;
+#ifdef _OPENMP
+    AttnScratch& sc = scratch_[size_t(omp_get_thread_num())];
+#else
+    AttnScratch& sc = scratch_[0];
+#endif
+    auto &Q = sc.Q, &K = sc.K, &Vt = sc.Vt, &S = sc.S, &O = sc.O;
+    auto &krow = sc.krow, &vrow = sc.vrow;
 #pragma omp for schedule(dynamic)
     for (int64_t item = 0; item < items; ++item) {
       const size_t si = size_t(item / KV);

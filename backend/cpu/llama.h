@@ -79,6 +79,13 @@ class LlamaModel {
   // Scratch, reused across steps.
   std::vector<float> x_, xn_, qkv_, attn_, proj_, gu_, act_, last_, logits_;
   std::vector<int32_t> pos_of_, seq_of_;
+  // Attention scratch, one per thread, kept across steps: fresh buffers would cost page
+  // faults and zeroing on every step (and differently in a live run than in calibration).
+  struct AttnScratch {
+    std::vector<float> Q, K, Vt, S, O;
+    std::vector<const float*> krow, vrow;
+  };
+  std::vector<AttnScratch> scratch_;
 };
 
 }  // namespace tandem::cpu
