@@ -4,7 +4,7 @@
 
 namespace tandem {
 
-AnalyticalCostModel::AnalyticalCostModel(const ModelSpec& m, const HardwareSpec& hw) : m_(m), hw_(hw) {
+AnalyticalCostModel::AnalyticalCostModel(const ModelSpec& m, const HardwareSpec& hw, int32_t tp) : m_(m), hw_(hw), tp_(tp) {
   linear_flops_per_token_ = 2.0 * m.linear_params();
   lm_head_flops_per_sample_ = 2.0 * double(m.hidden) * m.vocab;
   // Every step streams the linear weights and the LM head; the embedding is only gathered.
@@ -35,12 +35,18 @@ StepCost AnalyticalCostModel::estimate(const StepPlan& plan) const {
   const PlanFeatures f = plan_features(plan);
   const double pairs = f.attn_pairs, kv_tokens_read = f.context_tokens;
   const double tokens = f.tokens, samples = f.samples;
-  const double gemm_flops = linear_flops_per_token_ * tokens + lm_head_flops_per_sample_ * samples;
-  const double gemm_bytes = weight_bytes_ + act_bytes_per_token_ * tokens;
+  const double n = tp_, lm_head_bytes = double(m_.hidden) * m_.vocab * m_.dtype_bytes();
+  const double gemm_flops = linear_flops_per_token_ * tokens / n + lm_head_flops_per_sample_ * samples;
+  const double gemm_bytes = (weight_bytes_ - lm_head_bytes) / n + lm_head_bytes + act_bytes_per_token_ * tokens / n;
   c.gemm_s = std::max(gemm_flops / hw_.peak_flops, gemm_bytes / hw_.mem_bandwidth);
-  const double attn_bytes = kv_bytes_per_token_ * (kv_tokens_read + tokens);  // read context, write new
-  c.attention_s = std::max(attn_flops_per_pair_ * pairs / hw_.peak_flops, attn_bytes / hw_.mem_bandwidth);
+  const double attn_bytes = kv_bytes_per_token_ * (kv_tokens_read + tokens) / n;  // read context, write new
+  c.attention_s = std::max(attn_flops_per_pair_ * pairs / n / hw_.peak_flops, attn_bytes / hw_.mem_bandwidth);
   c.overhead_s = hw_.step_overhead_s;
+  if (tp_ > 1) {  // ring all-reduce of T x hidden activations, after attention and after the MLP
+    const double bytes = tokens * m_.hidden * m_.dtype_bytes();
+    const double one = hw_.link_latency_s + 2.0 * (n - 1) / n * bytes / hw_.link_bandwidth;
+    c.comm_s = 2.0 * m_.layers * one;
+  }
   return c;
 }
 
@@ -59,9 +65,9 @@ StepCost FittedCostModel::estimate(const StepPlan& plan) const {
   return c;
 }
 
-std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw) {
+std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw, int32_t tp) {
   if (hw.fitted) return std::make_unique<FittedCostModel>(*hw.fitted);
-  return std::make_unique<AnalyticalCostModel>(m, hw);
+  return std::make_unique<AnalyticalCostModel>(m, hw, tp);
 }
 
 StepResult SimExecutor::execute(const StepPlan& plan) {

@@ -11,7 +11,9 @@ namespace tandem {
 
 class AnalyticalCostModel final : public cost_model_i {
  public:
-  AnalyticalCostModel(const ModelSpec& m, const HardwareSpec& hw);
+  // tp > 1: each rank does 1/tp of the layers' work in parallel (the LM head is replicated),
+  // plus two all-reduces of the activations per layer over the hardware's link.
+  AnalyticalCostModel(const ModelSpec& m, const HardwareSpec& hw, int32_t tp = 1);
   StepCost estimate(const StepPlan& plan) const override;
 
  private:
@@ -19,6 +21,7 @@ class AnalyticalCostModel final : public cost_model_i {
   HardwareSpec hw_;
   double linear_flops_per_token_, lm_head_flops_per_sample_, weight_bytes_;
   double kv_bytes_per_token_, attn_flops_per_pair_, act_bytes_per_token_;
+  int32_t tp_;
 };
 
 // Linear model fitted to measured steps of a real backend (see tandem calibrate).
@@ -40,7 +43,7 @@ struct PlanFeatures {
 PlanFeatures plan_features(const StepPlan& plan);
 
 // The fitted model when the hardware spec carries one, else the analytical roofline.
-std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw);
+std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw, int32_t tp = 1);
 
 // Simulated-time executor: asks a cost model how long the plan takes; samples nothing.
 class SimExecutor final : public executor_i {

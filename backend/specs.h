@@ -53,6 +53,8 @@ struct HardwareSpec {
   double mem_bandwidth = 0;       // bytes/s
   double step_overhead_s = 0;     // fixed cost of every step (launches, scheduling, sampling)
   double memory_bytes = 0;        // device memory, to size the KV cache when not given
+  double link_bandwidth = 0;      // bytes/s per direction between devices (tensor parallelism)
+  double link_latency_s = 0;      // fixed cost of one all-reduce
   std::string source;             // where the numbers come from (datasheet / measured / assumed)
   std::optional<FittedCoefficients> fitted;  // set: the fitted cost model replaces the roofline
 };

@@ -46,7 +46,8 @@ struct StepCost {
   double gemm_s = 0;       // linear layers and LM head
   double attention_s = 0;  // attention over the KV cache
   double overhead_s = 0;   // fixed per-step cost
-  double total_s() const { return gemm_s + attention_s + overhead_s; }
+  double comm_s = 0;       // tensor-parallel all-reduces
+  double total_s() const { return gemm_s + attention_s + overhead_s + comm_s; }
 };
 
 struct StepResult {

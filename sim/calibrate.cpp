@@ -206,7 +206,7 @@ std::vector<CalibrationPoint> grid_points(const ModelSpec& m, int reps_in, bool 
 // engine makes them, with its gaps between steps and its mix of shapes.
 std::vector<CalibrationPoint> live_points(const std::string& workload, ModelSpec& m) {
   Workload w = load_workload(workload);
-  auto exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.deterministic);
+  auto exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.deterministic, w.engine.tp);
   m = w.model;
   WallClock clock;
   Engine e(w, generate_requests(w), *exec, clock);

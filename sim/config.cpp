@@ -151,7 +151,8 @@ FittedCoefficients parse_fitted(const Field& f) {
 }
 
 HardwareSpec parse_hardware_map(const Field& f, HardwareSpec h) {
-  f.expect_map({"preset", "name", "peak_tflops", "mem_bandwidth_tbs", "step_overhead_us", "memory_gb", "fitted"});
+  f.expect_map({"preset", "name", "peak_tflops", "mem_bandwidth_tbs", "step_overhead_us", "memory_gb", "fitted",
+                "link_bandwidth_gbs", "link_latency_us"});
   if (f.has("fitted")) {  // a calibrated profile: the fitted model needs no roofline numbers
     h.name = f.get_string("name", "fitted");
     h.fitted = parse_fitted(f["fitted"]);
@@ -174,6 +175,8 @@ HardwareSpec parse_hardware_map(const Field& f, HardwareSpec h) {
   h.mem_bandwidth = f.get_double("mem_bandwidth_tbs", h.mem_bandwidth / 1e12, 1e-9, 1e6) * 1e12;
   h.step_overhead_s = f.get_double("step_overhead_us", h.step_overhead_s * 1e6, 0, 1e9) * 1e-6;
   h.memory_bytes = f.get_double("memory_gb", h.memory_bytes / 1e9, 1e-6, 1e9) * 1e9;
+  h.link_bandwidth = f.get_double("link_bandwidth_gbs", h.link_bandwidth / 1e9, 0, 1e9) * 1e9;
+  h.link_latency_s = f.get_double("link_latency_us", h.link_latency_s * 1e6, 0, 1e9) * 1e-6;
   return h;
 }
 
@@ -205,7 +208,7 @@ EngineSpec parse_engine(const Field& f) {
   EngineSpec e;
   if (!f.present()) return e;
   f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks", "kv_memory_gb",
-                "gpu_memory_utilization", "state_slots", "deterministic"});
+                "gpu_memory_utilization", "state_slots", "deterministic", "tp"});
   const std::string pol = f.get_string("policy", "continuous");
   if (pol == "continuous") e.policy = BatchingPolicy::Continuous;
   else if (pol == "static") e.policy = BatchingPolicy::Static;
@@ -218,6 +221,7 @@ EngineSpec parse_engine(const Field& f) {
   e.gpu_memory_utilization = f.get_double("gpu_memory_utilization", e.gpu_memory_utilization, 0.01, 1.0);
   e.state_slots = int32_t(f.get_int("state_slots", -1, 0, kI32Max));
   if (f.has("deterministic")) e.deterministic = f["deterministic"].as_bool();
+  e.tp = int32_t(f.get_int("tp", 1, 1, 1024));
   if (f.has("num_kv_blocks") && f.has("kv_memory_gb")) f["kv_memory_gb"].fail("give num_kv_blocks or kv_memory_gb, not both");
   return e;
 }
@@ -374,6 +378,14 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
     top["hardware"].fail(fmt::format("the profile was fitted on model '{}', but the workload's model is '{}'",
                                      w.hardware.fitted->model, w.model.name));
   w.engine = parse_engine(top["engine"]);
+  if (const int32_t tp = w.engine.tp; tp > 1) {
+    const Field f = top["engine"]["tp"];
+    if (!w.hardware.fitted && w.hardware.link_bandwidth <= 0)
+      f.fail("tensor parallelism needs hardware.link_bandwidth_gbs (the all-reduces go over it)");
+    if (w.model.heads % tp) f.fail(fmt::format("{} does not divide the model's heads ({})", tp, w.model.heads));
+    if (w.model.kv_heads % tp) f.fail(fmt::format("{} does not divide the model's KV heads ({})", tp, w.model.kv_heads));
+    if (w.model.ffn % tp) f.fail(fmt::format("{} does not divide the model's ffn ({})", tp, w.model.ffn));
+  }
   w.requests = parse_requests(top["requests"]);
   if (top.has("slo")) {
     const Field s = top["slo"];
@@ -479,6 +491,8 @@ std::string to_yaml(const Workload& w) {
     n["hardware"]["mem_bandwidth_tbs"] = num(h.mem_bandwidth / 1e12);
     n["hardware"]["step_overhead_us"] = num(h.step_overhead_s * 1e6);
     n["hardware"]["memory_gb"] = num(h.memory_bytes / 1e9);
+    n["hardware"]["link_bandwidth_gbs"] = num(h.link_bandwidth / 1e9);
+    n["hardware"]["link_latency_us"] = num(h.link_latency_s * 1e6);
   }
   const EngineSpec& e = w.engine;
   n["engine"]["policy"] = std::string(to_string(e.policy));
@@ -489,6 +503,7 @@ std::string to_yaml(const Workload& w) {
   n["engine"]["gpu_memory_utilization"] = num(e.gpu_memory_utilization);
   if (e.state_slots >= 0) n["engine"]["state_slots"] = e.state_slots;
   n["engine"]["deterministic"] = e.deterministic;
+  n["engine"]["tp"] = e.tp;
   const RequestsSpec& r = w.requests;
   if (r.trace) {
     const TraceSpec& t = *r.trace;

@@ -86,6 +86,7 @@ struct EngineSpec {
   double gpu_memory_utilization = 0.9;   // share of device memory for weights + KV
   int32_t state_slots = -1;              // hybrid models: per-sequence state slots; -1: none
   bool deterministic = true;             // real backends: batch/chunk-invariant kernels (golden-exact)
+  int32_t tp = 1;                        // tensor parallelism: ranks the model is split over
   int32_t resolved_kv_blocks = 0;        // what the run uses (set by resolve)
 };
 

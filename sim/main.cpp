@@ -64,11 +64,11 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   const std::string backend = vm["backend"].as<std::string>();
   std::unique_ptr<executor_i> exec;
   if (backend == "sim") {
-    exec = std::make_unique<SimExecutor>(make_cost_model(w.model, w.hardware));
+    exec = std::make_unique<SimExecutor>(make_cost_model(w.model, w.hardware, w.engine.tp));
   } else if (backend == "cpu") {
     cpu::set_threads(vm["threads"].as<int>());
     exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
-                                     w.engine.deterministic);
+                                     w.engine.deterministic, w.engine.tp);
   } else if (backend == "cuda") {
     throw InputError("--backend cuda: not available in this build (the CUDA backend arrives with its own issue)");
   } else {
@@ -82,7 +82,7 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   else clock = std::make_unique<VirtualClock>();
   RequestSet rs = generate_requests(w);
   Engine engine(w, std::move(rs), *exec, *clock);
-  if (!exec->simulated()) engine.set_shadow_cost_model(make_cost_model(w.model, w.hardware));
+  if (!exec->simulated()) engine.set_shadow_cost_model(make_cost_model(w.model, w.hardware, w.engine.tp));
   std::unique_ptr<RunOutputs> outputs;
   if (vm.count("out")) {
     outputs = std::make_unique<RunOutputs>(vm["out"].as<std::string>());

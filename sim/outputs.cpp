@@ -94,7 +94,7 @@ RunOutputs::RunOutputs(const std::string& dir) : dir_(dir) {
   trace_.open(dir + "/trace.json");
   if (!steps_ || !trace_) throw std::runtime_error(fmt::format("{}: cannot write output files", dir));
   steps_ << "step,instance,start_s,elapsed_ms,n_seqs,n_prefill,n_decode,n_tokens,kv_used_blocks,kv_reserved_blocks,kv_util,waiting,running,"
-            "gemm_ms,attention_ms,overhead_ms,after_idle,n_samples,attn_pairs,context_tokens\n";
+            "gemm_ms,attention_ms,overhead_ms,after_idle,n_samples,attn_pairs,context_tokens,comm_ms\n";
   trace_ << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
 }
 
@@ -107,11 +107,11 @@ void RunOutputs::trace_event(const nlohmann::json& ev) {
 void RunOutputs::on_step(const StepRecord& r) {
   const StepPlan& p = *r.plan;
   const PlanFeatures f = plan_features(p);
-  fmt::print(steps_, "{},{},{:.9f},{:.6f},{},{},{},{},{},{},{:.6f},{},{},{:.6f},{:.6f},{:.6f},{:d},{},{:.0f},{:.0f}\n", r.index, r.instance,
+  fmt::print(steps_, "{},{},{:.9f},{:.6f},{},{},{},{},{},{},{:.6f},{},{},{:.6f},{:.6f},{:.6f},{:d},{},{:.0f},{:.0f},{:.6f}\n", r.index, r.instance,
              to_seconds(r.start), to_ms(r.elapsed), p.seqs.size(), p.n_prefill_seqs, p.n_decode_seqs, p.n_tokens,
              r.kv_used, r.kv_reserved, r.kv_capacity ? double(r.kv_used) / r.kv_capacity : 0.0, r.waiting, r.running,
              r.cost.gemm_s * 1e3, r.cost.attention_s * 1e3, r.cost.overhead_s * 1e3, p.after_idle, p.n_samples,
-             f.attn_pairs, f.context_tokens);
+             f.attn_pairs, f.context_tokens, r.cost.comm_s * 1e3);
   // Per-step trace events have a fixed shape with numbers only: written with fmt rather
   // than built as JSON objects, since this runs once per step (8 us a step saved).
   const double ts_us = double(r.start) / 1e3;

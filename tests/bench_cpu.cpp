@@ -133,5 +133,16 @@ int main(int argc, char** argv) {
     const double e = run_step(model, seqs, n, ctx, quick ? 1 : 3).seconds;
     fmt::print("{:<26}{:>14.2f}{:>14.2f}{:>9.2f}x\n", fmt::format("{} x {} tok, ctx {}", seqs, n, ctx), a * 1e3, e * 1e3, a / e);
   }
+  // Tensor parallelism on the same cores: TP=2 (two ranks, one thread each) against TP=1
+  // (kernels on both threads).
+  model.set_gemm_path(GemmPath::Invariant);
+  LlamaModel tp2(m, dummy_weights(m, 3), 4096, 16, 2);
+  fmt::print("\ntensor parallelism, {} threads: TP=2 (one thread per rank) vs TP=1\n", threads());
+  fmt::print("{:<26}{:>14}{:>14}{:>10}\n", "step", "TP=1 ms", "TP=2 ms", "TP2/TP1");
+  for (auto [seqs, n, ctx] : {std::tuple{1, 512, 0}, std::tuple{8, 1, 512}, std::tuple{32, 1, 512}}) {
+    const double a = run_step(model, seqs, n, ctx, quick ? 1 : 3).seconds;
+    const double b = run_step(tp2, seqs, n, ctx, quick ? 1 : 3).seconds;
+    fmt::print("{:<26}{:>14.2f}{:>14.2f}{:>9.2f}x\n", fmt::format("{} x {} tok, ctx {}", seqs, n, ctx), a * 1e3, b * 1e3, b / a);
+  }
   return 0;
 }

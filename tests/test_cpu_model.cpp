@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -38,7 +39,8 @@ struct Seq {
 
 class Harness {
  public:
-  explicit Harness(const ModelSpec& m, int32_t blocks = 512, int32_t bs = 16) : model(m, dummy_weights(m, 11), blocks, bs), bs_(bs) {}
+  explicit Harness(const ModelSpec& m, int32_t blocks = 512, int32_t bs = 16, int32_t tp = 1)
+      : model(m, dummy_weights(m, 11), blocks, bs, tp), bs_(bs) {}
   // Blocks for `n` more positions of `s`, fresh ids.
   void grow(Seq& s, int32_t upto) {
     while (int32_t(s.table.size()) * bs_ < upto) s.table.push_back(next_block_++);
@@ -196,4 +198,60 @@ TEST_CASE("the unconstrained Eigen path computes the same function (not bit for 
     den += double(la[i]) * la[i];
   }
   CHECK(std::sqrt(num / den) < 1e-5);
+}
+
+namespace {
+ModelSpec tp_model() {  // divisible by 4 ranks: 8 heads, 4 KV heads, ffn 344
+  ModelSpec m = tiny();
+  m.heads = 8;
+  m.kv_heads = 4;
+  m.ffn = 344;
+  return m;
+}
+}  // namespace
+
+TEST_CASE("tensor parallelism: logits at TP 2 and 4 match TP 1 within fp32 tolerance (not bit for bit)") {
+  const ModelSpec m = tp_model();
+  Rng rng(12);
+  const std::vector<Token> p = random_tokens(rng, 90, m.vocab);
+  Harness one(m);
+  Seq s1{p, {}, 0};
+  const auto ref = one.step({{&s1, 90}})[0];
+  for (int32_t tp : {2, 4}) {
+    Harness h(m, 512, 16, tp);
+    Seq s{p, {}, 0};
+    const auto got = h.step({{&s, 90}})[0];
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      num += double(got[i] - ref[i]) * (got[i] - ref[i]);
+      den += double(ref[i]) * ref[i];
+    }
+    CHECK_MESSAGE(std::sqrt(num / den) < 1e-5, "tp ", tp, " rel ", std::sqrt(num / den));
+    CHECK_FALSE(bit_equal(got, ref));  // o and down projections sum over ranks in another order
+  }
+}
+
+TEST_CASE("tensor parallelism keeps the contract: chunked == at once, alone == batched, at TP 2") {
+  const ModelSpec m = tp_model();
+  Rng rng(13);
+  const std::vector<Token> p = random_tokens(rng, 70, m.vocab);
+  Harness ref_h(m, 512, 16, 2);
+  Seq ref{p, {}, 0};
+  const auto ref_logits = ref_h.step({{&ref, 70}})[0];
+  Harness h(m, 512, 16, 2);
+  Seq a{p, {}, 0}, other{random_tokens(rng, 33, m.vocab), {}, 0};
+  h.step({{&a, 7}, {&other, 33}});
+  std::vector<float> last;
+  while (a.computed < 70) {
+    other.tokens.push_back(3);
+    last = h.step({{&other, 1}, {&a, std::min<int32_t>(16, 70 - a.computed)}})[1];
+  }
+  CHECK(bit_equal(last, ref_logits));
+}
+
+TEST_CASE("tensor parallelism must divide heads, KV heads and ffn") {
+  ModelSpec m = tp_model();
+  CHECK_THROWS_AS(LlamaModel(m, dummy_weights(m, 1), 8, 16, 3), std::invalid_argument);
+  m.ffn = 342;
+  CHECK_THROWS_AS(LlamaModel(m, dummy_weights(m, 1), 8, 16, 4), std::invalid_argument);
 }

@@ -192,3 +192,27 @@ TEST_CASE("continuous batching beats static on a mixed long/short workload") {
   CHECK(a.requests_per_s > 1.5 * b.requests_per_s);
   CHECK(a.ttft_ms.p50 < b.ttft_ms.p50);
 }
+
+TEST_CASE("the cost model charges tensor parallelism: compute over N, two all-reduces per layer") {
+  const Workload w = parse_workload("model: llama3-8b\nhardware: h200\nrequests: {count: 1, arrival: {process: burst}, "
+                                    "prompt_len: 10, output_len: 2}\n", "w.yaml");
+  StepPlan p;
+  p.seqs.push_back({0, 2048, 0, true, {}});
+  p.n_tokens = 2048;
+  p.n_samples = 1;
+  const StepCost one = AnalyticalCostModel(w.model, w.hardware, 1).estimate(p);
+  const StepCost two = AnalyticalCostModel(w.model, w.hardware, 2).estimate(p);
+  CHECK(one.comm_s == 0);
+  // A 2k-token prefill is compute-bound: the linear part halves, the LM head row does not.
+  const double lm = 2.0 * 4096 * 128256 / 788e12;
+  CHECK(two.gemm_s - lm == doctest::Approx((one.gemm_s - lm) / 2).epsilon(1e-9));
+  CHECK(two.attention_s == doctest::Approx(one.attention_s / 2).epsilon(1e-9));
+  const double ar = 8e-6 + 2.0 * 0.5 * 2048 * 4096 * 2 / 450e9;  // latency + ring traffic
+  CHECK(two.comm_s == doctest::Approx(2 * 32 * ar).epsilon(1e-9));
+  std::string bad = "model: llama3-8b\nhardware: {peak_tflops: 1, mem_bandwidth_tbs: 1, step_overhead_us: 1, memory_gb: 100}\n"
+                    "engine: {tp: 2}\nrequests: {count: 1, arrival: {process: burst}, prompt_len: 10, output_len: 2}\n";
+  CHECK_THROWS_WITH_AS(parse_workload(bad, "w.yaml"), doctest::Contains("needs hardware.link_bandwidth_gbs"), InputError);
+  bad.replace(bad.find("tp: 2"), 5, "tp: 3");
+  bad.replace(bad.find("memory_gb: 100"), 14, "memory_gb: 100, link_bandwidth_gbs: 50");
+  CHECK_THROWS_WITH_AS(parse_workload(bad, "w.yaml"), doctest::Contains("'engine.tp': 3 does not divide"), InputError);
+}

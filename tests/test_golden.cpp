@@ -13,7 +13,7 @@ namespace tandem::testing {
 std::vector<std::vector<Token>> golden_outputs(const std::string& workload, const std::vector<Override>& overrides) {
   Workload w = load_workload(workload, overrides);
   auto exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
-                                     w.engine.deterministic);
+                                     w.engine.deterministic, w.engine.tp);
   VirtualClock clock;  // measured step times, no waiting between events: fast and still a real backend
   Engine e(w, generate_requests(w), *exec, clock);
   e.run();
@@ -57,6 +57,17 @@ TEST_CASE("golden (stage 1): static vs continuous batching, and continuous at se
   for (const auto& run : runs) {
     const std::string diff = first_divergence(base, golden_outputs(wl, run.overrides));
     CHECK_MESSAGE(diff.empty(), run.label, ": ", diff);
+  }
+}
+
+TEST_CASE("golden x TP (CPU, in-process ranks): static vs continuous token-identical at TP 2 and 4") {
+  const std::string wl = source_path("workloads/golden_small.yaml");
+  for (const char* tp : {"2", "4"}) {
+    const auto base = golden_outputs(wl, {{"engine.tp", tp}, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}});
+    const std::string d1 = first_divergence(base, golden_outputs(wl, {{"engine.tp", tp}}));
+    CHECK_MESSAGE(d1.empty(), "tp ", tp, ", continuous 16 seats: ", d1);
+    const std::string d2 = first_divergence(base, golden_outputs(wl, {{"engine.tp", tp}, {"engine.max_num_seqs", "2"}}));
+    CHECK_MESSAGE(d2.empty(), "tp ", tp, ", continuous 2 seats: ", d2);
   }
 }
 

@@ -18,7 +18,7 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
 }
 
 std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int32_t num_blocks, int32_t block_size,
-                                               bool deterministic) {
+                                               bool deterministic, int32_t tp) {
   const double kv_bytes = 2.0 * m.layers * m.kv_heads * m.head_dim() * 4.0 * double(num_blocks) * block_size;
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   if (kv_bytes > 0.5 * ram)
@@ -26,7 +26,10 @@ std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int3
                                  "({} blocks of {} tokens, fp32): set engine.num_kv_blocks or engine.kv_memory_gb",
                                  kv_bytes / 1e9, ram / 1e9, num_blocks, block_size));
   LlamaWeights w = m.checkpoint.empty() ? dummy_weights(m, seed) : load_checkpoint(m.checkpoint, m);
-  auto exec = std::make_unique<CpuExecutor>(m, std::move(w), num_blocks, block_size);
+  if (m.heads % tp || m.kv_heads % tp || m.ffn % tp)
+    throw InputError(fmt::format("engine.tp {} must divide the model's heads ({}), KV heads ({}) and ffn ({})", tp, m.heads,
+                                 m.kv_heads, m.ffn));
+  auto exec = std::make_unique<CpuExecutor>(m, std::move(w), num_blocks, block_size, tp);
   if (!deterministic) exec->model().set_gemm_path(GemmPath::Eigen);  // faster, not batch-invariant
   return exec;
 }

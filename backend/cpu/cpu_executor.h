@@ -10,8 +10,8 @@ namespace tandem::cpu {
 
 class CpuExecutor final : public executor_i {
  public:
-  CpuExecutor(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size)
-      : model_(m, std::move(w), num_blocks, block_size) {}
+  CpuExecutor(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size, int32_t tp = 1)
+      : model_(m, std::move(w), num_blocks, block_size, tp) {}
   StepResult execute(const StepPlan& plan) override;
   std::string name() const override { return "cpu"; }
   bool simulated() const override { return false; }
@@ -24,6 +24,6 @@ class CpuExecutor final : public executor_i {
 // Builds the model for a workload: checkpoint weights if model.checkpoint is set, else dummy
 // weights from the seed. Checks that the KV store fits in memory.
 std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int32_t num_blocks, int32_t block_size,
-                                               bool deterministic = true);
+                                               bool deterministic = true, int32_t tp = 1);
 
 }  // namespace tandem::cpu

@@ -82,15 +82,58 @@ LlamaWeights load_checkpoint(const std::string& folder, ModelSpec& m) {
   return w;
 }
 
-PagedKvStore::PagedKvStore(const ModelSpec& m, int32_t num_blocks, int32_t block_size)
+PagedKvStore::PagedKvStore(int32_t layers, int32_t kv_heads, int32_t head_dim, int32_t num_blocks, int32_t block_size)
     : num_blocks_(num_blocks),
       block_size_(block_size),
-      token_stride_(size_t(m.kv_heads) * size_t(m.head_dim())),
-      k_(size_t(m.layers) * size_t(num_blocks) * size_t(block_size) * token_stride_),
+      token_stride_(size_t(kv_heads) * size_t(head_dim)),
+      k_(size_t(layers) * size_t(num_blocks) * size_t(block_size) * token_stride_),
       v_(k_.size()) {}
 
-LlamaModel::LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size)
-    : m_(m), w_(std::move(w)), kv_(m, num_blocks, block_size) {
+namespace {
+std::vector<float> rows_of(const std::vector<float>& w, int64_t cols, int64_t r0, int64_t n) {
+  return {w.begin() + r0 * cols, w.begin() + (r0 + n) * cols};
+}
+std::vector<float> cols_of(const std::vector<float>& w, int64_t rows, int64_t cols, int64_t c0, int64_t n) {
+  std::vector<float> out(size_t(rows * n));
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(&w[size_t(r * cols + c0)], n, &out[size_t(r * n)]);
+  return out;
+}
+}  // namespace
+
+LlamaModel::LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size, int32_t tp)
+    : m_(m), w_(std::move(w)), comm_(tp) {
+  if (tp < 1 || m.heads % tp != 0 || m.kv_heads % tp != 0 || m.ffn % tp != 0)
+    throw std::invalid_argument(fmt::format("tensor parallelism {} must divide heads ({}), KV heads ({}) and ffn ({})", tp,
+                                            m.heads, m.kv_heads, m.ffn));
+  const int64_t h = m.hidden, hd = m.head_dim(), H = m.heads, KV = m.kv_heads, F = m.ffn;
+  const int64_t Hs = H / tp, KVs = KV / tp, Fs = F / tp;
+  for (int32_t r = 0; r < tp; ++r) {
+    Shard sh{int32_t(Hs), int32_t(KVs), int32_t(Fs), {}, PagedKvStore(m.layers, int32_t(KVs), int32_t(hd), num_blocks, block_size),
+             {}, {}, {}, {}, {}, {}};
+    for (LlamaLayer& L : w_.layers) {
+      LlamaLayer S;
+      if (tp == 1) {  // the whole model is the one shard: move, don't copy
+        S.wqkv = std::move(L.wqkv);
+        S.wo = std::move(L.wo);
+        S.w_gate_up = std::move(L.w_gate_up);
+        S.w_down = std::move(L.w_down);
+      } else {
+        S.wqkv = rows_of(L.wqkv, h, r * Hs * hd, Hs * hd);  // this rank's q heads, then k and v heads
+        const auto k = rows_of(L.wqkv, h, H * hd + r * KVs * hd, KVs * hd);
+        const auto v = rows_of(L.wqkv, h, (H + KV) * hd + r * KVs * hd, KVs * hd);
+        S.wqkv.insert(S.wqkv.end(), k.begin(), k.end());
+        S.wqkv.insert(S.wqkv.end(), v.begin(), v.end());
+        S.wo = cols_of(L.wo, h, H * hd, r * Hs * hd, Hs * hd);
+        S.w_gate_up = rows_of(L.w_gate_up, h, r * Fs, Fs);
+        const auto up = rows_of(L.w_gate_up, h, F + r * Fs, Fs);
+        S.w_gate_up.insert(S.w_gate_up.end(), up.begin(), up.end());
+        S.w_down = cols_of(L.w_down, h, F, r * Fs, Fs);
+      }
+      sh.layers.push_back(std::move(S));
+    }
+    shards_.push_back(std::move(sh));
+  }
+  for (LlamaLayer& L : w_.layers) L.wqkv = L.wo = L.w_gate_up = L.w_down = {};  // now in the shards
   // RoPE tables as Hugging Face builds them: inv_freq and angles in float32.
   const int32_t half = m.head_dim() / 2;
   rope_cos_.resize(size_t(m.max_model_len) * size_t(half));
@@ -110,9 +153,33 @@ void LlamaModel::gemm(const float* x, int64_t t, int64_t k, const std::vector<fl
   else gemm_nt_eigen(x, t, k, w.data(), n, y);
 }
 
-void LlamaModel::attention(int32_t layer, const StepPlan& plan, const std::vector<int32_t>& /*pos_of*/,
-                           const std::vector<int32_t>& /*seq_of*/, const float* qkv, float* out) {
-  const int32_t H = m_.heads, KV = m_.kv_heads, hd = m_.head_dim(), bs = kv_.block_size(), group = H / KV;
+// One rank after another would waste the cores: with tp > 1 every rank gets a thread, and
+// the kernels inside run on it alone (nested OpenMP regions are serial). With tp == 1 the
+// kernels use every thread.
+template <class F>
+void LlamaModel::each_rank(F&& f) {
+  if (shards_.size() == 1) {
+    f(shards_[0]);
+    return;
+  }
+#pragma omp parallel for schedule(static, 1) num_threads(int(shards_.size()))
+  for (size_t r = 0; r < shards_.size(); ++r) f(shards_[r]);
+}
+
+// x += all-reduce(partials): the communicator sums in rank order.
+void LlamaModel::add_reduced_partials(int64_t n) {
+  if (shards_.size() > 1) {
+    std::vector<float*> bufs;
+    for (Shard& sh : shards_) bufs.push_back(sh.partial.data());
+    comm_.all_reduce_sum(bufs, size_t(n));
+  }
+  const float* p = shards_[0].partial.data();
+  for (int64_t i = 0; i < n; ++i) x_[size_t(i)] += p[i];
+}
+
+void LlamaModel::attention(Shard& sh, int32_t layer, const StepPlan& plan, const float* qkv, float* out) {
+  PagedKvStore& kv_ = sh.kv;
+  const int32_t H = sh.heads, KV = sh.kv_heads, hd = m_.head_dim(), bs = kv_.block_size(), group = H / KV;
   const int64_t qkv_stride = int64_t(H + 2 * KV) * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   // Work items: (sequence, KV head). Each is two products over that sequence's context,
@@ -122,14 +189,15 @@ void LlamaModel::attention(int32_t layer, const StepPlan& plan, const std::vecto
   std::vector<int64_t> first_token(plan.seqs.size());
   for (size_t s = 0, t = 0; s < plan.seqs.size(); t += size_t(plan.seqs[s].n_tokens), ++s) first_token[s] = int64_t(t);
   const int64_t items = int64_t(plan.seqs.size()) * KV;
+  // Inside a tensor-parallel rank the region is nested and runs on that rank's thread alone.
   const int nt = threads();
-  if (int(scratch_.size()) < nt) scratch_.resize(size_t(nt));
+  if (int(sh.scratch.size()) < nt) sh.scratch.resize(size_t(nt));
 #pragma omp parallel num_threads(nt) if (items > 1)
   {
 #ifdef _OPENMP
-    AttnScratch& sc = scratch_[size_t(omp_get_thread_num())];
+    AttnScratch& sc = sh.scratch[size_t(omp_get_thread_num())];
 #else
-    AttnScratch& sc = scratch_[0];
+    AttnScratch& sc = sh.scratch[0];
 #endif
     auto &Q = sc.Q, &K = sc.K, &Vt = sc.Vt, &S = sc.S, &O = sc.O;
     auto &krow = sc.krow, &vrow = sc.vrow;
@@ -205,19 +273,62 @@ void LlamaModel::attention(int32_t layer, const StepPlan& plan, const std::vecto
   }
 }
 
+void LlamaModel::attention_block(Shard& sh, int32_t l, const StepPlan& plan, int64_t T) {
+  const int64_t h = m_.hidden, H = sh.heads, KV = sh.kv_heads, hd = m_.head_dim(), half = hd / 2;
+  const int64_t qkv_n = (H + 2 * KV) * hd;
+  const LlamaLayer& L = sh.layers[size_t(l)];
+  const int32_t bs = sh.kv.block_size();
+  sh.qkv.resize(size_t(T * qkv_n));
+  sh.attn.resize(size_t(T * H * hd));
+  sh.partial.resize(size_t(T * h));
+  gemm(xn_.data(), T, h, L.wqkv, qkv_n, sh.qkv.data());
+  // RoPE (rotate-half convention, as Hugging Face Llama) on q and k; then store k, v.
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t pos = pos_of_[size_t(t)];
+    const float* c = &rope_cos_[size_t(pos) * size_t(half)];
+    const float* s = &rope_sin_[size_t(pos) * size_t(half)];
+    float* row = &sh.qkv[size_t(t * qkv_n)];
+    for (int64_t head = 0; head < H + KV; ++head) {
+      float* v = row + head * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
+      }
+    }
+    const auto& table = plan.seqs[size_t(seq_of_[size_t(t)])].block_table;
+    const int32_t block = table[size_t(pos / bs)], slot = pos % bs;
+    std::copy_n(row + H * hd, KV * hd, sh.kv.k(l, block, slot));
+    std::copy_n(row + (H + KV) * hd, KV * hd, sh.kv.v(l, block, slot));
+  }
+  attention(sh, l, plan, sh.qkv.data(), sh.attn.data());
+  gemm(sh.attn.data(), T, H * hd, L.wo, h, sh.partial.data());
+}
+
+void LlamaModel::mlp_block(Shard& sh, int32_t l, int64_t T) {
+  const int64_t h = m_.hidden, f = sh.ffn;
+  const LlamaLayer& L = sh.layers[size_t(l)];
+  sh.gu.resize(size_t(T * 2 * f));
+  sh.act.resize(size_t(T * f));
+  sh.partial.resize(size_t(T * h));
+  gemm(xn_.data(), T, h, L.w_gate_up, 2 * f, sh.gu.data());
+  for (int64_t t = 0; t < T; ++t) {
+    const float* g = &sh.gu[size_t(t * 2 * f)];
+    const float* u = g + f;
+    float* a = &sh.act[size_t(t * f)];
+    for (int64_t i = 0; i < f; ++i) a[i] = -g[i];
+    exp_inplace(a, f);  // SiLU(g) = g / (1 + exp(-g))
+    for (int64_t i = 0; i < f; ++i) a[i] = g[i] / (1.0f + a[i]) * u[i];
+  }
+  gemm(sh.act.data(), T, f, L.w_down, h, sh.partial.data());
+}
+
 void LlamaModel::forward(const StepPlan& plan, std::span<const Token> tokens, std::vector<Token>& sampled,
                          std::vector<float>* logits) {
-  const int64_t T = plan.n_tokens, h = m_.hidden, H = m_.heads, KV = m_.kv_heads, hd = m_.head_dim(), f = m_.ffn,
-                V = m_.vocab, half = hd / 2;
+  const int64_t T = plan.n_tokens, h = m_.hidden, V = m_.vocab;
   if (int64_t(tokens.size()) != T) throw std::logic_error("LlamaModel::forward: token count differs from the plan");
-  const int64_t qkv_n = (H + 2 * KV) * hd;
   x_.resize(size_t(T * h));
   xn_.resize(x_.size());
-  qkv_.resize(size_t(T * qkv_n));
-  attn_.resize(size_t(T * H * hd));
-  proj_.resize(x_.size());
-  gu_.resize(size_t(T * 2 * f));
-  act_.resize(size_t(T * f));
   pos_of_.resize(size_t(T));
   seq_of_.resize(size_t(T));
   {
@@ -235,47 +346,16 @@ void LlamaModel::forward(const StepPlan& plan, std::span<const Token> tokens, st
     std::copy_n(&w_.embed[size_t(id * h)], h, &x_[size_t(t * h)]);
   }
   const float eps = float(m_.rms_norm_eps);
-  const int32_t bs = kv_.block_size();
   for (int32_t l = 0; l < m_.layers; ++l) {
     const LlamaLayer& L = w_.layers[size_t(l)];
     for (int64_t t = 0; t < T; ++t) rms_norm(&x_[size_t(t * h)], L.attn_norm.data(), h, eps, &xn_[size_t(t * h)]);
-    gemm(xn_.data(), T, h, L.wqkv, qkv_n, qkv_.data());
-    // RoPE (rotate-half convention, as Hugging Face Llama) on q and k; then store k, v.
-    for (int64_t t = 0; t < T; ++t) {
-      const int32_t pos = pos_of_[size_t(t)];
-      const float* c = &rope_cos_[size_t(pos) * size_t(half)];
-      const float* s = &rope_sin_[size_t(pos) * size_t(half)];
-      float* row = &qkv_[size_t(t * qkv_n)];
-      for (int64_t head = 0; head < H + KV; ++head) {
-        float* v = row + head * hd;
-        for (int64_t i = 0; i < half; ++i) {
-          const float a = v[i], b = v[i + half];
-          v[i] = a * c[i] - b * s[i];
-          v[i + half] = b * c[i] + a * s[i];
-        }
-      }
-      const auto& table = plan.seqs[size_t(seq_of_[size_t(t)])].block_table;
-      const int32_t block = table[size_t(pos / bs)], slot = pos % bs;
-      std::copy_n(row + H * hd, KV * hd, kv_.k(l, block, slot));
-      std::copy_n(row + (H + KV) * hd, KV * hd, kv_.v(l, block, slot));
-    }
-    attention(l, plan, pos_of_, seq_of_, qkv_.data(), attn_.data());
-    gemm(attn_.data(), T, H * hd, L.wo, h, proj_.data());
-    for (size_t i = 0; i < x_.size(); ++i) x_[i] += proj_[i];
+    each_rank([&](Shard& sh) { attention_block(sh, l, plan, T); });
+    add_reduced_partials(T * h);
     for (int64_t t = 0; t < T; ++t) rms_norm(&x_[size_t(t * h)], L.mlp_norm.data(), h, eps, &xn_[size_t(t * h)]);
-    gemm(xn_.data(), T, h, L.w_gate_up, 2 * f, gu_.data());
-    for (int64_t t = 0; t < T; ++t) {
-      const float* g = &gu_[size_t(t * 2 * f)];
-      const float* u = g + f;
-      float* a = &act_[size_t(t * f)];
-      for (int64_t i = 0; i < f; ++i) a[i] = -g[i];
-      exp_inplace(a, f);  // SiLU(g) = g / (1 + exp(-g))
-      for (int64_t i = 0; i < f; ++i) a[i] = g[i] / (1.0f + a[i]) * u[i];
-    }
-    gemm(act_.data(), T, f, L.w_down, h, proj_.data());
-    for (size_t i = 0; i < x_.size(); ++i) x_[i] += proj_[i];
+    each_rank([&](Shard& sh) { mlp_block(sh, l, T); });
+    add_reduced_partials(T * h);
   }
-  // LM head on the last token of each sampling sequence only.
+  // LM head (replicated) on the last token of each sampling sequence only.
   last_.clear();
   int64_t t_end = 0, n_samples = 0;
   for (const ScheduledSeq& s : plan.seqs) {

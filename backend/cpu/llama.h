@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/comm.h"
 #include "backend/specs.h"
 #include "policies/plan.h"
 
@@ -37,7 +38,7 @@ LlamaWeights load_checkpoint(const std::string& folder, ModelSpec& m);
 // K and V of every layer, laid out [layer][block][slot][kv_head][head_dim].
 class PagedKvStore {
  public:
-  PagedKvStore(const ModelSpec& m, int32_t num_blocks, int32_t block_size);
+  PagedKvStore(int32_t layers, int32_t kv_heads, int32_t head_dim, int32_t num_blocks, int32_t block_size);
   float* k(int32_t layer, int32_t block, int32_t slot) { return &k_[offset(layer, block, slot)]; }
   float* v(int32_t layer, int32_t block, int32_t slot) { return &v_[offset(layer, block, slot)]; }
   int32_t block_size() const { return block_size_; }
@@ -56,7 +57,11 @@ enum class GemmPath { Invariant, Eigen };
 
 class LlamaModel {
  public:
-  LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size);
+  // tp > 1: Megatron-style tensor parallelism over in-process ranks (threads): q/k/v and
+  // gate/up split by columns (heads, ffn slices), o and down by rows, one all-reduce after
+  // attention and one after the MLP; embedding and LM head replicated. The KV cache is split
+  // by KV heads: every rank holds its heads for the same block ids.
+  LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size, int32_t tp = 1);
   // Runs one step. `tokens` holds each sequence's n_tokens input ids, in plan order.
   // Appends one argmax id per sampling sequence to `sampled`; if `logits` is given, also
   // the full logits rows of those sequences ([n_samples][V]).
@@ -64,28 +69,41 @@ class LlamaModel {
                std::vector<float>* logits = nullptr);
   void set_gemm_path(GemmPath p) { gemm_path_ = p; }
   const ModelSpec& spec() const { return m_; }
-  PagedKvStore& kv() { return kv_; }
+  int32_t tp() const { return int32_t(shards_.size()); }
 
  private:
-  void gemm(const float* x, int64_t t, int64_t k, const std::vector<float>& w, int64_t n, float* y) const;
-  void attention(int32_t layer, const StepPlan& plan, const std::vector<int32_t>& pos_of, const std::vector<int32_t>& seq_of,
-                 const float* qkv, float* out);
-
-  ModelSpec m_;
-  LlamaWeights w_;
-  PagedKvStore kv_;
-  GemmPath gemm_path_ = GemmPath::Invariant;
-  std::vector<float> rope_cos_, rope_sin_;  // [max_model_len][hd/2]
-  // Scratch, reused across steps.
-  std::vector<float> x_, xn_, qkv_, attn_, proj_, gu_, act_, last_, logits_;
-  std::vector<int32_t> pos_of_, seq_of_;
   // Attention scratch, one per thread, kept across steps: fresh buffers would cost page
   // faults and zeroing on every step (and differently in a live run than in calibration).
   struct AttnScratch {
     std::vector<float> Q, K, Vt, S, O;
     std::vector<const float*> krow, vrow;
   };
-  std::vector<AttnScratch> scratch_;
+  // One rank: its heads and MLP slice, the K/V of its KV heads, its scratch.
+  struct Shard {
+    int32_t heads, kv_heads, ffn;
+    std::vector<LlamaLayer> layers;  // wqkv, wo, w_gate_up, w_down (norms live in w_)
+    PagedKvStore kv;
+    std::vector<float> qkv, attn, gu, act, partial;
+    std::vector<AttnScratch> scratch;
+  };
+
+  void gemm(const float* x, int64_t t, int64_t k, const std::vector<float>& w, int64_t n, float* y) const;
+  void attention_block(Shard& sh, int32_t layer, const StepPlan& plan, int64_t T);
+  void mlp_block(Shard& sh, int32_t layer, int64_t T);
+  void attention(Shard& sh, int32_t layer, const StepPlan& plan, const float* qkv, float* out);
+  template <class F>
+  void each_rank(F&& f);
+  void add_reduced_partials(int64_t n);
+
+  ModelSpec m_;
+  LlamaWeights w_;  // embedding, norms, LM head (matrices of the layers move into the shards)
+  std::vector<Shard> shards_;
+  cpu::InProcessCommunicator comm_;
+  GemmPath gemm_path_ = GemmPath::Invariant;
+  std::vector<float> rope_cos_, rope_sin_;  // [max_model_len][hd/2]
+  // Scratch, reused across steps.
+  std::vector<float> x_, xn_, last_, logits_;
+  std::vector<int32_t> pos_of_, seq_of_;
 };
 
 }  // namespace tandem::cpu
