@@ -1,0 +1,47 @@
+#include "backend/cuda/nccl_communicator.h"
+
+#include "backend/cuda/check.h"
+
+namespace tandem::cuda {
+
+struct NcclCommunicator::Impl {
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> streams;
+};
+
+NcclCommunicator::NcclCommunicator(int n) : impl_(std::make_unique<Impl>()) {
+  if (n < 1) throw std::invalid_argument("NcclCommunicator: needs at least one device");
+  impl_->comms.resize(size_t(n));
+  impl_->streams.resize(size_t(n));
+  std::vector<int> devs(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) devs[size_t(i)] = i;
+  TANDEM_NCCL_CHECK(ncclCommInitAll(impl_->comms.data(), n, devs.data()));
+  for (int i = 0; i < n; ++i) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(i));
+    TANDEM_CUDA_CHECK(cudaStreamCreate(&impl_->streams[size_t(i)]));
+  }
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  for (size_t i = 0; i < impl_->comms.size(); ++i) {
+    (void)cudaSetDevice(int(i));
+    (void)cudaStreamDestroy(impl_->streams[i]);
+    (void)ncclCommDestroy(impl_->comms[i]);
+  }
+}
+
+int NcclCommunicator::size() const { return int(impl_->comms.size()); }
+
+void NcclCommunicator::all_reduce_sum(std::span<float* const> bufs, size_t n) {
+  if (bufs.size() != impl_->comms.size()) throw std::invalid_argument("NcclCommunicator: one buffer per rank");
+  TANDEM_NCCL_CHECK(ncclGroupStart());
+  for (size_t r = 0; r < bufs.size(); ++r)
+    TANDEM_NCCL_CHECK(ncclAllReduce(bufs[r], bufs[r], n, ncclFloat32, ncclSum, impl_->comms[r], impl_->streams[r]));
+  TANDEM_NCCL_CHECK(ncclGroupEnd());
+  for (size_t r = 0; r < bufs.size(); ++r) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(int(r)));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(impl_->streams[r]));
+  }
+}
+
+}  // namespace tandem::cuda
