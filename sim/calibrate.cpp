@@ -134,6 +134,7 @@ std::vector<CalibrationPoint> grid_points(const ModelSpec& m, int reps_in, bool 
     max_tokens = std::max(max_tokens, t);
   }
   const int32_t bs = 16, blocks = max_tokens / bs;
+  cpu::check_fits_in_memory(m, 2.0 * m.layers * m.kv_heads * m.head_dim() * 4.0 * double(max_tokens));
   cpu::LlamaModel model(m, cpu::dummy_weights(m, 1), blocks, bs);
   Rng rng(2);
   // Fill the KV store once with real-looking values (never time on zeros).

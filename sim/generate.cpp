@@ -40,6 +40,7 @@ int generate_command(const std::vector<std::string>& args) {
     auto p = model_preset(vm["model"].as<std::string>());
     if (!p) throw InputError(fmt::format("generate: unknown model preset '{}'", vm["model"].as<std::string>()));
     m = *p;
+    cpu::check_fits_in_memory(m, 0);
     w = cpu::dummy_weights(m, vm["seed"].as<uint64_t>());
   }
   std::vector<Token> prompt;
@@ -56,7 +57,8 @@ int generate_command(const std::vector<std::string>& args) {
     prompt.push_back(Token(v));
   }
   const int n_new = vm["max-tokens"].as<int>();
-  if (prompt.empty() || n_new < 0) throw InputError("generate: need a non-empty prompt and --max-tokens >= 0");
+  if (prompt.empty() || n_new < 0 || n_new > 1'000'000)
+    throw InputError("generate: need a non-empty prompt and 0 <= --max-tokens <= 1000000");
   const int32_t total = int32_t(prompt.size()) + n_new;
   if (total > m.max_model_len) m.max_model_len = total;
   const int32_t bs = 16, blocks = (total + bs - 1) / bs;

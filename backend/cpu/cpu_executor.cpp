@@ -25,6 +25,7 @@ std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int3
     throw InputError(fmt::format("the CPU backend's KV cache would take {:.1f} GB of {:.1f} GB of memory "
                                  "({} blocks of {} tokens, fp32): set engine.num_kv_blocks or engine.kv_memory_gb",
                                  kv_bytes / 1e9, ram / 1e9, num_blocks, block_size));
+  check_fits_in_memory(m, kv_bytes);
   LlamaWeights w = m.checkpoint.empty() ? dummy_weights(m, seed) : load_checkpoint(m.checkpoint, m);
   if (m.heads % tp || m.kv_heads % tp || m.ffn % tp)
     throw InputError(fmt::format("engine.tp {} must divide the model's heads ({}), KV heads ({}) and ffn ({})", tp, m.heads,

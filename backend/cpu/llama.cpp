@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <unistd.h>
 
 #include "backend/cpu/checkpoint.h"
 #ifdef _OPENMP
@@ -25,6 +26,15 @@ std::vector<float> random_tensor(size_t n, uint64_t seed, uint64_t tensor_id, fl
 }
 void append(std::vector<float>& dst, const std::vector<float>& src) { dst.insert(dst.end(), src.begin(), src.end()); }
 }  // namespace
+
+void check_fits_in_memory(const ModelSpec& m, double kv_bytes) {
+  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const double weights = m.params() * 4.0;  // the CPU backend computes and stores fp32
+  if (weights + kv_bytes > 0.8 * ram)
+    throw InputError(fmt::format("model '{}' needs {:.1f} GB of fp32 weights and {:.1f} GB of KV cache on the CPU backend; "
+                                 "this machine has {:.1f} GB (use a smaller model, e.g. tiny or llama-100m, or fewer KV blocks)",
+                                 m.name, weights / 1e9, kv_bytes / 1e9, ram / 1e9));
+}
 
 LlamaWeights dummy_weights(const ModelSpec& m, uint64_t seed) {
   // Uniform with standard deviation 1/sqrt(fan-in) for projections (each layer changes the

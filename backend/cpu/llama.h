@@ -32,6 +32,8 @@ struct LlamaWeights {
 
 // Dummy weights from a seed, as serving benchmarks use: any shape runs anywhere.
 LlamaWeights dummy_weights(const ModelSpec& m, uint64_t seed);
+// Throws InputError if fp32 weights plus `kv_bytes` would not fit in this machine's memory.
+void check_fits_in_memory(const ModelSpec& m, double kv_bytes);
 // Weights of a Hugging Face checkpoint folder; fills the shape fields of `m` from config.json.
 LlamaWeights load_checkpoint(const std::string& folder, ModelSpec& m);
 
