@@ -73,7 +73,9 @@ FittedCoefficients fit_cost_model(const std::vector<CalibrationPoint>& all) {
   std::vector<CalibrationPoint> points;
   for (const auto& p : all)
     if (!p.after_idle) points.push_back(p);
-  if (points.size() < size_t(kFeatures)) throw std::runtime_error("calibrate: too few back-to-back steps to fit");
+  if (points.size() < size_t(kFeatures))
+    throw InputError(fmt::format("calibrate: {} back-to-back steps measured, at least {} are needed to fit: "
+                                 "give a workload with more requests", points.size(), kFeatures));
   std::array<bool, kFeatures> active;
   active.fill(true);
   Eigen::VectorXd coef = Eigen::VectorXd::Zero(kFeatures);
@@ -256,6 +258,13 @@ int calibrate_command(const std::vector<std::string>& args) {
   if (vm["backend"].as<std::string>() != "cpu")
     throw InputError(fmt::format("calibrate --backend {}: only cpu is available in this build", vm["backend"].as<std::string>()));
   if (!vm.count("out")) throw InputError("calibrate: --out PROFILE.yaml is required");
+  if (vm.count("workload") && !vm["model"].defaulted())
+    throw InputError("calibrate: give --workload (fit on its steps) or --model (fit on a grid), not both");
+  {  // fail now, not after minutes of measuring
+    std::ofstream probe(vm["out"].as<std::string>(), std::ios::app);
+    if (!probe) throw InputError(fmt::format("calibrate: cannot write {}", vm["out"].as<std::string>()));
+  }
+  if (vm["threads"].as<int>() < 0 || vm["threads"].as<int>() > 1024) throw InputError("--threads must be in [0, 1024]");
   cpu::set_threads(vm["threads"].as<int>());
   ModelSpec m;
   std::vector<CalibrationPoint> points;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/config.h"
+#include "sim/csv.h"
 
 namespace tandem {
 
@@ -17,11 +18,17 @@ nlohmann::json load_summary(const std::string& dir) {
   const std::string path = dir + "/summary.json";
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}: cannot open (is '{}' a run folder written with --out?)", path, dir));
+  nlohmann::json j;
   try {
-    return nlohmann::json::parse(in);
+    require_regular_file(path);
+    j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  } catch (const std::ios_base::failure& e) {
+    throw InputError(fmt::format("{}: cannot read: {}", path, e.what()));
   }
+  if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object (a summary.json written by tandem run --out)", path));
+  return j;
 }
 
 const nlohmann::json* lookup(const nlohmann::json& j, const std::string& dotted) {
@@ -48,8 +55,11 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
     std::cerr << "tandem compare: " << e.what() << "\n";
     return 2;
   }
-  auto label = [](const nlohmann::json& j, const std::string& dir) {
-    return fmt::format("{} ({}, {})", dir, j.value("backend", "?"), j.value("policy", "?"));
+  auto text = [](const nlohmann::json& j, const char* key) {
+    return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string("?");
+  };
+  auto label = [&](const nlohmann::json& j, const std::string& dir) {
+    return fmt::format("{} ({}, {})", dir, text(j, "backend"), text(j, "policy"));
   };
   fmt::print(os, "A = {}\nB = {}\n", label(a, dir_a), label(b, dir_b));
   fmt::print(os, "{:<34}{:>14}{:>14}{:>12}\n", "metric", "A", "B", "(B-A)/A");

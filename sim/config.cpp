@@ -20,7 +20,12 @@ constexpr double kHuge = 1e300;
 
 void load_empirical(DistSpec& d, const Field& f);
 
-DistSpec parse_dist(const Field& f, const std::string& default_column, double lo) {
+// A mixture's components carry a `weight` beside their distribution: allow_weight.
+DistSpec parse_dist(const Field& f, const std::string& default_column, double lo, bool allow_weight = false) {
+  const auto keys = [&](std::vector<const char*> k) {
+    if (allow_weight) k.push_back("weight");
+    return k;
+  };
   DistSpec d;
   if (f.is_scalar()) {  // a bare number: fixed
     d.kind = DistSpec::Kind::Fixed;
@@ -30,17 +35,17 @@ DistSpec parse_dist(const Field& f, const std::string& default_column, double lo
   if (!f.is_map()) f.fail("expected a number or a distribution mapping {dist: ...}");
   const std::string kind = f["dist"].as_string();
   if (kind == "fixed") {
-    f.expect_map({"dist", "value"});
+    f.expect_map(keys({"dist", "value"}));
     d.kind = DistSpec::Kind::Fixed;
     d.value = f["value"].as_double(lo, kHuge);
   } else if (kind == "uniform") {
-    f.expect_map({"dist", "min", "max"});
+    f.expect_map(keys({"dist", "min", "max"}));
     d.kind = DistSpec::Kind::Uniform;
     d.min = f["min"].as_double(lo, kHuge);
     d.max = f["max"].as_double(lo, kHuge);
     if (d.max < d.min) f["max"].fail("must be >= min");
   } else if (kind == "lognormal") {
-    f.expect_map({"dist", "median", "mean", "sigma", "min", "max"});
+    f.expect_map(keys({"dist", "median", "mean", "sigma", "min", "max"}));
     d.kind = DistSpec::Kind::Lognormal;
     d.sigma = f["sigma"].as_double(0, 10);
     if (f.has("median") == f.has("mean")) f.fail("lognormal needs exactly one of median or mean");
@@ -50,21 +55,19 @@ DistSpec parse_dist(const Field& f, const std::string& default_column, double lo
     d.max = f.get_double("max", kHuge, lo, kHuge);
     if (d.max < d.min) f["max"].fail("must be >= min");
   } else if (kind == "mixture") {
-    f.expect_map({"dist", "components"});
+    f.expect_map(keys({"dist", "components"}));
     d.kind = DistSpec::Kind::Mixture;
     for (const Field& c : f["components"].items()) {
       if (!c.is_map()) c.fail("expected {weight: W, dist: ...}");
       const double w = c["weight"].as_double(0, kHuge);
-      YAML::Node rest = YAML::Clone(c.node());
-      rest.remove("weight");
-      d.components.push_back(DistSpec::Component{w, parse_dist(c.with_node(rest), default_column, lo)});
+      d.components.push_back(DistSpec::Component{w, parse_dist(c, default_column, lo, true)});
     }
     if (d.components.empty()) f["components"].fail("needs at least one component");
     double total = 0;
     for (auto& c : d.components) total += c.weight;
     if (total <= 0) f["components"].fail("weights must not all be zero");
   } else if (kind == "empirical") {
-    f.expect_map({"dist", "path", "column"});
+    f.expect_map(keys({"dist", "path", "column"}));
     d.kind = DistSpec::Kind::Empirical;
     d.path = f["path"].as_path();
     d.column = f.get_string("column", default_column);
@@ -76,7 +79,12 @@ DistSpec parse_dist(const Field& f, const std::string& default_column, double lo
 }
 
 void load_empirical(DistSpec& d, const Field& f) {
-  CsvFile csv(d.path);  // throws InputError naming the file
+  try {
+    require_regular_file(d.path);
+  } catch (const InputError& e) {
+    f["path"].fail(e.what());
+  }
+  CsvFile csv(d.path);
   const size_t col = csv.column_index(d.column);
   if (col == CsvFile::npos) f["column"].fail(fmt::format("column '{}' not in {} (header: {})", d.column, d.path, csv.header_text()));
   std::vector<std::string> row;
@@ -186,6 +194,11 @@ HardwareSpec parse_hardware(const Field& f) {
     const std::string s = f.as_string();
     if (s.ends_with(".yaml") || s.ends_with(".yml")) {  // a hardware profile file
       const std::string path = f.as_path();
+      try {
+        require_regular_file(path);
+      } catch (const InputError& e) {
+        f.fail(fmt::format("hardware profile: {}", e.what()));
+      }
       YAML::Node root;
       try {
         root = YAML::LoadFile(path);
@@ -248,6 +261,7 @@ ArrivalSpec parse_arrival(const Field& f) {
     a.burst_size = f.get_int("size", 0, 1, INT64_MAX);
     a.interval_s = f.get_double("interval_s", 0, 0, 1e9);
     if (a.burst_size > 0 && !f.has("interval_s")) f["interval_s"].fail("missing (bursts of a given size need the time between them)");
+    if (a.burst_size == 0 && f.has("interval_s")) f["size"].fail("missing (interval_s means bursts of a given size)");
   } else {
     f["process"].fail(fmt::format("unknown arrival process '{}' (known: poisson, gamma, constant, burst)", p));
   }
@@ -263,6 +277,11 @@ TraceSpec parse_trace(const Field& f) {
   else if (fmt_name == "vidur") t.format = TraceSpec::Format::Vidur;
   else f["format"].fail(fmt::format("unknown trace format '{}' (known: azure, mooncake, vidur)", fmt_name));
   t.path = f["path"].as_path();
+  try {
+    require_regular_file(t.path);
+  } catch (const InputError& e) {
+    f["path"].fail(e.what());
+  }
   t.time_scale = f.get_double("time_scale", 1.0, 1e-9, 1e9);
   t.rate_scale = f.get_double("rate_scale", 1.0, 1e-9, 1e9);
   t.start_s = f.get_double("start_s", 0, 0, 1e12);
@@ -299,7 +318,7 @@ RequestsSpec parse_requests(const Field& f) {
       if (f.has(k)) f[k].fail("not allowed with trace (the trace gives arrivals and lengths)");
     r.trace = parse_trace(f["trace"]);
   } else {
-    r.count = f["count"].as_int(1, 100'000'000);
+    r.count = f["count"].as_int(1, 20'000'000);  // 20M requests: about 2.5 GB of request table
     r.arrival = parse_arrival(f["arrival"]);
     r.prompt_len = parse_dist(f["prompt_len"], "num_prefill_tokens", 1);
     r.output_len = parse_dist(f["output_len"], "num_decode_tokens", 1);
@@ -307,11 +326,18 @@ RequestsSpec parse_requests(const Field& f) {
   if (f.has("shared_prefix")) {
     const Field s = f["shared_prefix"];
     s.expect_map({"groups", "prefix_len", "fraction"});
-    r.shared_prefix.groups = int32_t(s["groups"].as_int(1, kI32Max));
+    r.shared_prefix.groups = int32_t(s["groups"].as_int(1, 10'000'000));
     r.shared_prefix.prefix_len = parse_dist(s["prefix_len"], "", 1);
     r.shared_prefix.fraction = s.get_double("fraction", 1.0, 0, 1);
   }
-  if (f.has("cancel")) r.cancel = parse_cancel(f["cancel"]);
+  if (f.has("cancel")) {
+    r.cancel = parse_cancel(f["cancel"]);
+    if (!r.trace)
+      for (size_t i = 0; i < r.cancel.explicit_cancels.size(); ++i)
+        if (r.cancel.explicit_cancels[i].request >= r.count)
+          f["cancel"]["at"].items()[i]["request"].fail(fmt::format("{} is beyond the last request ({})",
+                                                                 r.cancel.explicit_cancels[i].request, r.count - 1));
+  }
   return r;
 }
 
@@ -410,11 +436,17 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
     blocks = std::floor(budget / block_bytes);
   }
   if (blocks < 1) top["engine"].fail("the KV cache holds no block (raise kv_memory_gb or num_kv_blocks)");
+  // The block pool's bookkeeping is 8 bytes a block: cap it at 2^27 blocks (1 GB).
+  constexpr double kMaxBlocks = double(1 << 27);
+  if (blocks > kMaxBlocks)
+    top["engine"].fail(fmt::format("the KV cache would have {:.0f} blocks; at most {:.0f} are supported "
+                                   "(raise block_size, or lower num_kv_blocks / kv_memory_gb)", blocks, kMaxBlocks));
   e.resolved_kv_blocks = static_cast<int32_t>(std::min(blocks, double(kI32Max)));
   return w;
 }
 
 Workload load_workload(const std::string& path, const std::vector<Override>& overrides) {
+  require_regular_file(path);
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}: cannot open workload file", path));
   std::stringstream ss;
@@ -424,7 +456,7 @@ Workload load_workload(const std::string& path, const std::vector<Override>& ove
 
 namespace {
 // Shortest text that reads back as the same double (yaml-cpp would print 17 digits).
-std::string num(double v) { return fmt::format("{}", v); }
+std::string num(double v) { return fmt::format("{:.12g}", v); }
 
 YAML::Node dist_yaml(const DistSpec& d) {
   YAML::Node n;
@@ -521,8 +553,10 @@ std::string to_yaml(const Workload& w) {
     n["requests"]["count"] = r.count;
     n["requests"]["arrival"]["process"] = procs[int(r.arrival.kind)];
     if (r.arrival.kind == ArrivalSpec::Kind::Burst) {
-      n["requests"]["arrival"]["size"] = r.arrival.burst_size;
-      n["requests"]["arrival"]["interval_s"] = num(r.arrival.interval_s);
+      if (r.arrival.burst_size > 0) {
+        n["requests"]["arrival"]["size"] = r.arrival.burst_size;
+        n["requests"]["arrival"]["interval_s"] = num(r.arrival.interval_s);
+      }
     } else {
       n["requests"]["arrival"]["rate"] = num(r.arrival.rate);
       if (r.arrival.kind == ArrivalSpec::Kind::Gamma) n["requests"]["arrival"]["cv"] = num(r.arrival.cv);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "sim/config.h"
 #include "sim/parse_number.h"
@@ -22,7 +23,16 @@ void split_csv_line(const std::string& line, std::vector<std::string>& out) {
   }
 }
 
-CsvFile::CsvFile(const std::string& path) : path_(path), in_(path) {
+void require_regular_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) throw InputError(fmt::format("{}: cannot open file (no such file)", path));
+  if (!std::filesystem::is_regular_file(st)) throw InputError(fmt::format("{}: not a regular file", path));
+}
+
+CsvFile::CsvFile(const std::string& path) : path_(path) {
+  require_regular_file(path);
+  in_.open(path);
   if (!in_) throw InputError(fmt::format("{}: cannot open file", path));
   std::string line;
   while (std::getline(in_, line)) {

@@ -31,4 +31,8 @@ class CsvFile {
 
 void split_csv_line(const std::string& line, std::vector<std::string>& out);
 
+// Throws InputError unless `path` is a readable regular file (not a folder, not a device
+// like /dev/zero that never ends).
+void require_regular_file(const std::string& path);
+
 }  // namespace tandem

@@ -30,6 +30,7 @@ int generate_command(const std::vector<std::string>& args) {
   po::notify(vm);
   if (vm.count("checkpoint") == vm.count("model")) throw InputError("generate: give --checkpoint DIR or --model PRESET");
   if (!vm.count("prompt")) throw InputError("generate: --prompt \"ID ID ...\" is required");
+  if (vm["threads"].as<int>() < 0 || vm["threads"].as<int>() > 1024) throw InputError("--threads must be in [0, 1024]");
   cpu::set_threads(vm["threads"].as<int>());
   ModelSpec m;
   cpu::LlamaWeights w;
@@ -59,9 +60,11 @@ int generate_command(const std::vector<std::string>& args) {
   const int n_new = vm["max-tokens"].as<int>();
   if (prompt.empty() || n_new < 0 || n_new > 1'000'000)
     throw InputError("generate: need a non-empty prompt and 0 <= --max-tokens <= 1000000");
-  const int32_t total = int32_t(prompt.size()) + n_new;
-  if (total > m.max_model_len) m.max_model_len = total;
-  const int32_t bs = 16, blocks = (total + bs - 1) / bs;
+  const int64_t total = int64_t(prompt.size()) + n_new;
+  if (total > m.max_model_len)
+    throw InputError(fmt::format("generate: prompt ({}) + --max-tokens ({}) exceeds the model's max_model_len ({})",
+                                 prompt.size(), n_new, m.max_model_len));
+  const int32_t bs = 16, blocks = int32_t((total + bs - 1) / bs);
   cpu::LlamaModel model(m, std::move(w), blocks, bs);
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int32_t b = 0; b < blocks; ++b) table[size_t(b)] = b;

@@ -1,6 +1,8 @@
 // tandem: the command line. Exit status: 0 ok, 2 bad input, 1 failure at run time.
 #include <fmt/format.h>
 
+#include <yaml-cpp/yaml.h>
+
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <memory>
@@ -39,6 +41,14 @@ std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
   return out;
 }
 
+void set_threads_or_fail(int n) {
+  try {
+    cpu::set_threads(n);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());
+  }
+}
+
 int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   po::options_description opts("options");
   opts.add_options()("workload", po::value<std::string>(), "workload YAML")(
@@ -66,7 +76,7 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   if (backend == "sim") {
     exec = std::make_unique<SimExecutor>(make_cost_model(w.model, w.hardware, w.engine.tp));
   } else if (backend == "cpu") {
-    cpu::set_threads(vm["threads"].as<int>());
+    set_threads_or_fail(vm["threads"].as<int>());
     exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
                                      w.engine.deterministic, w.engine.tp);
   } else if (backend == "cuda") {
@@ -123,6 +133,9 @@ int main(int argc, char** argv) {
     throw InputError(fmt::format("unknown command '{}'\n{}", cmd, kUsage));
   } catch (const InputError& e) {
     std::cerr << "tandem: " << e.what() << "\n";
+    return 2;
+  } catch (const YAML::Exception& e) {  // a shape of YAML the checked reader did not expect
+    std::cerr << "tandem: invalid workload YAML: " << e.what() << "\n";
     return 2;
   } catch (const po::error& e) {
     std::cerr << "tandem: " << e.what() << "\n" << kUsage;

@@ -1,6 +1,7 @@
 #include "sim/outputs.h"
 
 #include "backend/cost_model.h"
+#include "sim/config.h"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -87,12 +88,19 @@ void print_summary(std::ostream& os, const Summary& s) {
 }
 
 RunOutputs::RunOutputs(const std::string& dir) : dir_(dir) {
+  // A folder that cannot be made or written is the user's input: exit 2, before the run.
   std::error_code ec;
+  if (dir.empty()) throw InputError("--out: empty folder name");
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw std::runtime_error(fmt::format("{}: cannot create output folder: {}", dir, ec.message()));
+  if (ec) throw InputError(fmt::format("--out {}: cannot create the folder: {}", dir, ec.message()));
+  for (const char* f : {"summary.json", "requests.csv", "steps.csv", "trace.json", "workload.resolved.yaml"}) {
+    const auto p = std::filesystem::path(dir) / f;
+    if (std::filesystem::exists(p) && !std::filesystem::is_regular_file(p))
+      throw InputError(fmt::format("--out {}: {} exists and is not a file", dir, p.string()));
+  }
   steps_.open(dir + "/steps.csv");
   trace_.open(dir + "/trace.json");
-  if (!steps_ || !trace_) throw std::runtime_error(fmt::format("{}: cannot write output files", dir));
+  if (!steps_ || !trace_) throw InputError(fmt::format("--out {}: cannot write files there", dir));
   steps_ << "step,instance,start_s,elapsed_ms,n_seqs,n_prefill,n_decode,n_tokens,kv_used_blocks,kv_reserved_blocks,kv_util,waiting,running,"
             "gemm_ms,attention_ms,overhead_ms,after_idle,n_samples,attn_pairs,context_tokens,comm_ms\n";
   trace_ << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
@@ -142,8 +150,8 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
   trace_event({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", "instances (steps)"}}}});
   trace_event({{"name", "process_name"}, {"ph", "M"}, {"pid", 2}, {"args", {{"name", "requests"}}}});
   trace_ << "\n]}\n";
-  trace_.close();
-  steps_.close();
+  trace_.flush();
+  steps_.flush();
 
   std::ofstream req(dir_ + "/requests.csv");
   req << "id,arrival_s,first_token_s,finish_s,prompt_len,output_len,status,max_output,fail_reason,first_scheduled_s,"
@@ -163,8 +171,13 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
                fmt::format("{:.6f}", to_ms(r.itl_max)), r.prefix_group, ids);
   }
   nlohmann::json j = summary_json(s, w);
-  std::ofstream(dir_ + "/summary.json") << j.dump(2) << "\n";
-  std::ofstream(dir_ + "/workload.resolved.yaml") << to_yaml(w);
+  std::ofstream summary(dir_ + "/summary.json"), resolved(dir_ + "/workload.resolved.yaml");
+  // Names come from the workload file: replace invalid UTF-8 rather than fail at the end.
+  summary << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  resolved << to_yaml(w);
+  req.flush();
+  if (!summary || !resolved || !req || !steps_.good() || !trace_.good())
+    throw std::runtime_error(fmt::format("--out {}: writing the run's files failed (disk full?)", dir_));
 }
 
 ProgressReporter::ProgressReporter(int64_t total) : enabled_(isatty(STDERR_FILENO) == 1), total_(total) {

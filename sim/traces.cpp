@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -41,7 +42,6 @@ std::vector<TraceRow> read_csv_trace(const TraceSpec& t) {
   const size_t c_out = need_column(csv, azure ? "GeneratedTokens" : "num_decode_tokens");
   std::vector<TraceRow> rows;
   std::vector<std::string> row;
-  double first = 0;
   while (csv.next(row)) {
     double ts = 0;
     if (azure) {
@@ -49,19 +49,18 @@ std::vector<TraceRow> read_csv_trace(const TraceSpec& t) {
     } else {
       ts = csv.number(row, c_t, 0, 1e12);
     }
-    if (rows.empty()) first = ts;
-    rows.push_back({ts - first, length_field(csv, row, c_in), length_field(csv, row, c_out)});
+    rows.push_back({ts, length_field(csv, row, c_in), length_field(csv, row, c_out)});
   }
   return rows;
 }
 
 std::vector<TraceRow> read_mooncake(const TraceSpec& t, std::vector<int64_t>& pool) {
+  require_regular_file(t.path);
   std::ifstream in(t.path);
   if (!in) throw InputError(fmt::format("{}: cannot open file", t.path));
   std::vector<TraceRow> rows;
   std::string line;
   int64_t lineno = 0;
-  double first = 0;
   auto fail = [&](const char* field, const std::string& what) {
     throw InputError(fmt::format("{}:{}: field '{}': {}", t.path, lineno, field, what));
   };
@@ -71,6 +70,7 @@ std::vector<TraceRow> read_mooncake(const TraceSpec& t, std::vector<int64_t>& po
     if (!v.is_number()) fail(field, fmt::format("expected a number, got {}", v.dump()));
     const double d = v.get<double>();
     if (d < 0 || (integral && d != std::floor(d))) fail(field, fmt::format("expected a non-negative {}, got {}", integral ? "integer" : "number", v.dump()));
+    if (d > (integral ? 1e9 : 1e15)) fail(field, fmt::format("{} is out of range [0, {}]", v.dump(), integral ? "1e9" : "1e15"));
     return d;
   };
   while (std::getline(in, line)) {
@@ -84,15 +84,13 @@ std::vector<TraceRow> read_mooncake(const TraceSpec& t, std::vector<int64_t>& po
     }
     if (!j.is_object()) throw InputError(fmt::format("{}:{}: expected a JSON object", t.path, lineno));
     const double ts = number(j, "timestamp", false) / 1000.0;
-    TraceRow r{0, static_cast<int64_t>(number(j, "input_length", true)), static_cast<int64_t>(number(j, "output_length", true))};
-    if (rows.empty()) first = ts;
-    r.t_s = ts - first;
+    TraceRow r{ts, static_cast<int64_t>(number(j, "input_length", true)), static_cast<int64_t>(number(j, "output_length", true))};
     if (j.contains("hash_ids")) {
       const auto& h = j["hash_ids"];
-      if (!h.is_array()) fail("hash_ids", "expected a list of integers");
+      if (!h.is_array()) fail("hash_ids", "expected a list of non-negative integers");
       r.hash_begin = static_cast<uint32_t>(pool.size());
       for (const auto& x : h) {
-        if (!x.is_number_integer()) fail("hash_ids", fmt::format("expected integers, got {}", x.dump()));
+        if (!x.is_number_integer() || x.get<int64_t>() < 0) fail("hash_ids", fmt::format("expected non-negative integers, got {}", x.dump()));
         pool.push_back(x.get<int64_t>());
       }
       r.hash_count = static_cast<uint32_t>(h.size());
@@ -109,13 +107,21 @@ bool parse_timestamp(const std::string& s, double& seconds) {
   if (std::sscanf(s.c_str(), "%d-%d-%d %d:%d:%lf%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 ||
       static_cast<size_t>(n) != s.size())
     return false;
-  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 || sec < 0 || sec >= 61) return false;
+  static const int days_in[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (y < 1 || y > 9999 || mo < 1 || mo > 12 || h < 0 || h > 23 || mi < 0 || mi > 59 || sec < 0 || sec >= 61) return false;
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  if (d < 1 || d > days_in[mo - 1] + (mo == 2 && leap)) return false;
   seconds = static_cast<double>(days_from_civil(y, unsigned(mo), unsigned(d))) * 86400.0 + h * 3600.0 + mi * 60.0 + sec;
   return true;
 }
 
 std::vector<TraceRow> read_trace(const TraceSpec& t, std::vector<int64_t>& hash_pool) {
-  return t.format == TraceSpec::Format::Mooncake ? read_mooncake(t, hash_pool) : read_csv_trace(t);
+  std::vector<TraceRow> rows = t.format == TraceSpec::Format::Mooncake ? read_mooncake(t, hash_pool) : read_csv_trace(t);
+  // Offsets from the earliest request (rows need not be sorted; none is dropped for that).
+  double first = INFINITY;
+  for (const TraceRow& r : rows) first = std::min(first, r.t_s);
+  for (TraceRow& r : rows) r.t_s -= first;
+  return rows;
 }
 
 }  // namespace tandem

@@ -16,7 +16,8 @@ struct TraceRow {
   uint32_t hash_begin = 0, hash_count = 0;  // into the hash pool (Mooncake)
 };
 
-// Reads the whole trace; errors name file:line and the field. Rows keep file order.
+// Reads the whole trace; errors name file:line and the field. Rows keep file order; times
+// are offsets from the earliest row.
 std::vector<TraceRow> read_trace(const TraceSpec& t, std::vector<int64_t>& hash_pool);
 
 // "YYYY-MM-DD HH:MM:SS[.fraction]" to seconds since 1970 (no time zone: offsets are what matter).

@@ -40,7 +40,18 @@ double draw(const DistSpec& d, Rng& rng) {
   return 0;
 }
 
-int32_t as_length(double v) { return static_cast<int32_t>(std::clamp(std::llround(v), 0LL, static_cast<long long>(INT32_MAX))); }
+// Lengths beyond int32 are clamped there (such a request then fails at arrival with
+// exceeds_max_model_len), never wrapped.
+int32_t as_length(double v) { return static_cast<int32_t>(std::llround(std::clamp(v, 0.0, double(INT32_MAX)))); }
+
+// Seconds to the run's clock, refusing times past the simulator's range (they would
+// overflow integer nanoseconds and come out negative).
+Time checked_time(double s, const Workload& w, const char* what) {
+  if (!(s >= 0 && s <= kMaxSeconds))
+    throw InputError(fmt::format("{}: {} at {:.6g} s is beyond the simulator's time range (0 to {:.0g} s)", w.path, what, s,
+                                 kMaxSeconds));
+  return from_seconds(s);
+}
 
 void synthetic(const Workload& w, RequestSet& set) {
   const RequestsSpec& rs = w.requests;
@@ -61,7 +72,7 @@ void synthetic(const Workload& w, RequestSet& set) {
       case ArrivalSpec::Kind::Constant: t = double(i) / a.rate; break;
       case ArrivalSpec::Kind::Burst: t = a.burst_size > 0 ? double(i / a.burst_size) * a.interval_s : 0.0; break;
     }
-    r.arrival = from_seconds(t);
+    r.arrival = checked_time(t, w, "an arrival (requests.arrival)");
     if (paired) {
       const size_t k = static_cast<size_t>(pr.uniform_int(0, int64_t(rs.prompt_len.samples.size()) - 1));
       r.prompt_len = as_length(rs.prompt_len.samples[k]);
@@ -84,7 +95,7 @@ void replay(const Workload& w, RequestSet& set) {
     if (row.t_s < t.start_s || row.t_s >= end) continue;
     if (t.limit > 0 && int64_t(set.requests.size()) >= t.limit) break;
     Request r;
-    r.arrival = from_seconds((row.t_s - t.start_s) * t.time_scale / t.rate_scale);
+    r.arrival = checked_time((row.t_s - t.start_s) * t.time_scale / t.rate_scale, w, "a scaled trace arrival");
     r.prompt_len = static_cast<int32_t>(std::min<int64_t>(row.prompt_len, INT32_MAX));
     r.max_output = static_cast<int32_t>(std::min<int64_t>(row.output_len, INT32_MAX));
     r.hash_ids_begin = static_cast<uint32_t>(set.hash_ids.size());
@@ -118,13 +129,14 @@ void assign_cancellations(const Workload& w, RequestSet& set) {
     if (e.request >= n)
       throw InputError(fmt::format("{}: field 'requests.cancel.at[{}].request': {} is beyond the last request ({})", w.path, i, e.request, n - 1));
     Request& r = set.requests[static_cast<size_t>(e.request)];
-    r.cancel_at = std::min(r.cancel_at, from_seconds(e.at_s));
+    r.cancel_at = std::min(r.cancel_at, checked_time(e.at_s, w, "a cancellation (requests.cancel.at)"));
   }
   if (c.fraction <= 0) return;
   Rng rng = stream(w.seed, kCancel);
   for (Request& r : set.requests) {
     if (rng.uniform() >= c.fraction) continue;
-    r.cancel_at = std::min(r.cancel_at, r.arrival + from_seconds(std::max(0.0, draw(c.after_s, rng))));
+    r.cancel_at = std::min(r.cancel_at, checked_time(to_seconds(r.arrival) + std::max(0.0, draw(c.after_s, rng)), w,
+                                                     "a cancellation (arrival + requests.cancel.after_s)"));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
 
 #include "sim/config.h"
@@ -10,18 +11,26 @@
 
 namespace tandem {
 
+namespace {
+// The field is the overridden key or inside it.
+bool within(const std::string& path, const std::string& key) {
+  return path == key || path.starts_with(key + ".") || path.starts_with(key + "[");
+}
+// ... or, for an error about a path that could not be set, above it.
+bool related(const std::string& path, const std::string& key) {
+  return within(path, key) || (!path.empty() && key.starts_with(path + "."));
+}
+}  // namespace
+
 bool Field::from_override() const {
   for (const auto& k : src_->override_keys)
-    if (path_ == k || path_.starts_with(k + ".") || path_.starts_with(k + "[")) return true;
+    if (within(path_, k)) return true;
   return false;
 }
 
 std::string Field::where() const {
-  for (size_t i = 0; i < src_->override_keys.size(); ++i) {
-    const auto& k = src_->override_keys[i];
-    if (path_ == k || path_.starts_with(k + ".") || path_.starts_with(k + "["))
-      return fmt::format("{}: --set {}", src_->file, src_->override_texts[i]);
-  }
+  for (size_t i = 0; i < src_->override_keys.size(); ++i)
+    if (related(path_, src_->override_keys[i])) return fmt::format("{}: --set {}", src_->file, src_->override_texts[i]);
   YAML::Mark m = node_.IsDefined() ? node_.Mark() : parent_mark_;
   if (m.is_null()) m = parent_mark_;
   if (m.is_null()) return src_->file;
@@ -32,10 +41,15 @@ void Field::fail(const std::string& what) const {
   throw InputError(fmt::format("{}: field '{}': {}", where(), path_, what));
 }
 
-void Field::expect_map(std::initializer_list<const char*> allowed) const {
+void Field::expect_map(const std::vector<const char*>& allowed) const {
   if (!node_.IsMap()) fail("expected a mapping");
+  std::vector<std::string> seen;
   for (const auto& kv : node_) {
-    const std::string key = kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) Field(kv.first, path_, src_, node_.Mark()).fail("a key must be a plain name");
+    const std::string key = kv.first.Scalar();
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      Field(kv.first, path_.empty() ? key : path_ + "." + key, src_, node_.Mark()).fail("given twice");
+    seen.push_back(key);
     bool ok = false;
     for (const char* a : allowed) ok = ok || key == a;
     if (!ok) {
@@ -48,11 +62,14 @@ void Field::expect_map(std::initializer_list<const char*> allowed) const {
 }
 
 Field Field::operator[](const std::string& key) const {
-  YAML::Node child;
+  YAML::Node child(YAML::NodeType::Undefined);  // a missing key: not the same as an explicit null
   const YAML::Node& cnode = node_;  // const access never inserts
   if (cnode.IsMap()) {
-    YAML::Node c = cnode[key];  // a missing key gives an invalid node: keep the null default
-    if (c.IsDefined()) child = c;
+    for (const auto& kv : cnode)  // by hand: yaml-cpp's lookup converts every key, and a
+      if (kv.first.IsScalar() && kv.first.Scalar() == key) {  // non-scalar key would throw
+        child = kv.second;
+        break;
+      }
   }
   return Field(child, path_.empty() ? key : path_ + "." + key, src_, node_.IsDefined() ? node_.Mark() : parent_mark_);
 }
@@ -110,16 +127,24 @@ bool Field::as_bool() const {
   fail(fmt::format("expected true or false, got '{}'", s));
 }
 
+// An optional key that is there but empty (`key:` or `key: ~`) is a mistake, not a request
+// for the default: nothing silently falls back.
+static void refuse_null(const Field& f) {
+  if (f.node().IsDefined() && f.node().IsNull()) f.fail("empty (give a value, or remove the key for the default)");
+}
 double Field::get_double(const std::string& key, double dflt, double lo, double hi) const {
   Field f = (*this)[key];
+  refuse_null(f);
   return f.present() ? f.as_double(lo, hi) : dflt;
 }
 int64_t Field::get_int(const std::string& key, int64_t dflt, int64_t lo, int64_t hi) const {
   Field f = (*this)[key];
+  refuse_null(f);
   return f.present() ? f.as_int(lo, hi) : dflt;
 }
 std::string Field::get_string(const std::string& key, const std::string& dflt) const {
   Field f = (*this)[key];
+  refuse_null(f);
   return f.present() ? f.as_string() : dflt;
 }
 

@@ -33,7 +33,7 @@ class Field {
   [[noreturn]] void fail(const std::string& what) const;
 
   // Map access. Reject keys outside `allowed` (the error lists the known ones).
-  void expect_map(std::initializer_list<const char*> allowed) const;
+  void expect_map(const std::vector<const char*>& allowed) const;
   Field operator[](const std::string& key) const;
   bool has(const std::string& key) const { return (*this)[key].present(); }
   std::vector<Field> items() const;  // sequence elements

@@ -33,7 +33,8 @@ expect 2 "syntax.yaml:[0-9]+:[0-9]+: invalid YAML" -- validate "$bad/syntax.yaml
 expect 2 "bad_azure.csv:3: column 'ContextTokens': expected a number, got 'abc'" -- run "$bad/bad_trace_row.yaml"
 expect 2 "negative_rate.yaml:5:37: field 'requests.arrival.rate'" -- run "$bad/negative_rate.yaml"
 expect 2 "field 'model': missing" -- run "$bad/empty.yaml"
-expect 2 "cannot open workload file" -- run "$tmp/nope.yaml"
+expect 2 "nope.yaml: cannot open file" -- run "$tmp/nope.yaml"
+expect 2 "not a regular file" -- run "$tmp"
 expect 2 "--set engine.max_num_seq=4: field 'engine.max_num_seq': unknown field" -- run "$src/workloads/quickstart.yaml" --set engine.max_num_seq=4
 expect 2 "expected KEY=VALUE" -- run "$src/workloads/quickstart.yaml" --set engine.max_num_seqs
 expect 2 "CPU backend's KV cache would take .* set engine.num_kv_blocks" -- run "$src/workloads/quickstart.yaml" --backend cpu

@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -44,7 +45,10 @@ inline float finish(Acc acc, const float* a, const float* b, int64_t k0, int64_t
 }
 }  // namespace
 
-void set_threads(int n) { g_threads = n; }
+void set_threads(int n) {
+  if (n < 0 || n > 1024) throw std::invalid_argument("--threads must be in [0, 1024] (0: all cores)");
+  g_threads = n;
+}
 int threads() {
 #ifdef _OPENMP
   return g_threads > 0 ? g_threads : omp_get_max_threads();

@@ -65,7 +65,9 @@ LlamaWeights dummy_weights(const ModelSpec& m, uint64_t seed) {
 LlamaWeights load_checkpoint(const std::string& folder, ModelSpec& m) {
   Checkpoint ck(folder);
   apply_hf_config(ck.config(), m);
-  m.tie_embeddings = m.tie_embeddings || !ck.has("lm_head.weight");
+  if (!m.tie_embeddings && !ck.has("lm_head.weight"))
+    throw InputError(fmt::format("{}: tensor 'lm_head.weight' not found and config.json says tie_word_embeddings is false",
+                                 folder));
   if (m.hidden % m.heads != 0 || m.heads % m.kv_heads != 0)
     throw InputError(fmt::format("{}/config.json: hidden_size {} / heads {} / kv heads {} do not divide", folder, m.hidden,
                                  m.heads, m.kv_heads));
