@@ -44,6 +44,20 @@ expect 2 "unknown command 'frobnicate'" -- frobnicate
 expect 2 "unrecognised option|unrecognized option" -- run "$src/workloads/quickstart.yaml" --bogus
 expect 2 "cannot open" -- compare "$tmp/none_a" "$tmp/none_b"
 
+# Found by adversarial testing: each must be refused with the field, not crash or mislead.
+q=$src/workloads/quickstart.yaml
+expect 2 "beyond the simulator's time range" -- validate "$q" --set 'requests.arrival={process: constant, rate: 1e-9}'
+expect 2 "--threads must be in" -- run "$src/workloads/golden_small.yaml" --backend cpu --threads 100000
+expect 2 "field 'engine.max_num_seqs': empty" -- run "$q" --set engine.max_num_seqs=
+expect 2 "field 'requests.prompt_len.path': /dev/zero: not a regular file" -- run "$q" --set 'requests.prompt_len={dist: empirical, path: /dev/zero}'
+expect 2 "at most 134217728 are supported" -- run "$q" --set engine.num_kv_blocks=2147483647
+printf 'model: tiny\nmodel: tiny\n' >"$tmp/dup.yaml"
+expect 2 "dup.yaml:2:1: field 'model': given twice" -- run "$tmp/dup.yaml"
+printf 'arrived_at,num_prefill_tokens,num_decode_tokens\n0.5,396,109\n0.0,374,44\n' >"$tmp/unsorted.csv"
+expect 0 "requests 2: finished 2" -- run "$q" --set "requests={trace: {format: vidur, path: $tmp/unsorted.csv}}"
+mkdir -p "$tmp/arr" && echo '[1]' >"$tmp/arr/summary.json"
+expect 2 "expected a JSON object" -- compare "$tmp/arr" "$tmp/arr"
+
 # A run writes the contract files.
 expect 0 "TTFT ms" -- run "$src/workloads/quickstart.yaml" --set requests.count=50 --out "$tmp/a"
 expect 0 "" -- run "$src/workloads/quickstart.yaml" --set requests.count=50 --set engine.policy=static --out "$tmp/b" --quiet
