@@ -262,5 +262,9 @@ TEST_CASE("timestamps") {
   CHECK(parse_timestamp("2023-11-17 00:00:00", b));
   CHECK(b - a == doctest::Approx(5 * 3600 + 44 * 60 + 13.319).epsilon(1e-9));
   CHECK_FALSE(parse_timestamp("2023-13-01 00:00:00", a));
+  CHECK_FALSE(parse_timestamp("2023-02-29 00:00:00", a));  // not a leap year
+  CHECK_FALSE(parse_timestamp("2023-04-31 00:00:00", a));
+  CHECK_FALSE(parse_timestamp("0000-01-01 00:00:00", a));
+  CHECK(parse_timestamp("2024-02-29 12:00:00", a));
   CHECK_FALSE(parse_timestamp("yesterday", a));
 }
