@@ -247,7 +247,8 @@ int calibrate_command(const std::vector<std::string>& args) {
   po::options_description opts("tandem calibrate");
   opts.add_options()("backend", po::value<std::string>()->default_value("cpu"), "cpu")(
       "model", po::value<std::string>()->default_value("tiny"), "model preset (grid mode)")(
-      "workload", po::value<std::string>(), "fit on every step of a real run of this workload instead of a grid")(
+      "workload", po::value<std::vector<std::string>>()->composing(),
+      "fit on every step of real runs of these workloads (repeatable) instead of a grid")(
       "out", po::value<std::string>(), "profile to write (YAML)")(
       "threads", po::value<int>()->default_value(0), "threads (0: all cores)")(
       "reps", po::value<int>()->default_value(5), "grid mode: timed repetitions per point (median)")(
@@ -270,8 +271,18 @@ int calibrate_command(const std::vector<std::string>& args) {
   std::vector<CalibrationPoint> points;
   std::string source;
   if (vm.count("workload")) {
-    points = live_points(vm["workload"].as<std::string>(), m);
-    source = fmt::format("every step of a real run of {}", vm["workload"].as<std::string>());
+    // Several workloads, e.g. the same traffic under each policy, cover more step shapes.
+    std::string names;
+    for (const std::string& wl : vm["workload"].as<std::vector<std::string>>()) {
+      ModelSpec mw;
+      auto pts = live_points(wl, mw);
+      if (!names.empty() && mw.name != m.name)
+        throw InputError(fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, mw.name, m.name));
+      m = mw;
+      points.insert(points.end(), pts.begin(), pts.end());
+      names.append(names.empty() ? "" : ", ").append(wl);
+    }
+    source = fmt::format("every step of real runs of {}", names);
   } else {
     auto preset = model_preset(vm["model"].as<std::string>());
     if (!preset) throw InputError(fmt::format("calibrate: unknown model preset '{}' (known: {})", vm["model"].as<std::string>(), model_preset_names()));
