@@ -265,7 +265,6 @@ int calibrate_command(const std::vector<std::string>& args) {
     std::ofstream probe(vm["out"].as<std::string>(), std::ios::app);
     if (!probe) throw InputError(fmt::format("calibrate: cannot write {}", vm["out"].as<std::string>()));
   }
-  if (vm["threads"].as<int>() < 0 || vm["threads"].as<int>() > 1024) throw InputError("--threads must be in [0, 1024]");
   cpu::set_threads(vm["threads"].as<int>());
   ModelSpec m;
   std::vector<CalibrationPoint> points;

@@ -41,14 +41,6 @@ std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
   return out;
 }
 
-void set_threads_or_fail(int n) {
-  try {
-    cpu::set_threads(n);
-  } catch (const std::invalid_argument& e) {
-    throw InputError(e.what());
-  }
-}
-
 int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   po::options_description opts("options");
   opts.add_options()("workload", po::value<std::string>(), "workload YAML")(
@@ -76,7 +68,7 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   if (backend == "sim") {
     exec = std::make_unique<SimExecutor>(make_cost_model(w.model, w.hardware, w.engine.tp));
   } else if (backend == "cpu") {
-    set_threads_or_fail(vm["threads"].as<int>());
+    cpu::set_threads(vm["threads"].as<int>());
     exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
                                      w.engine.deterministic, w.engine.tp);
   } else if (backend == "cuda") {

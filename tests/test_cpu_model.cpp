@@ -3,6 +3,7 @@
 // computed or taken from another request's blocks.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -77,6 +78,16 @@ std::vector<Token> random_tokens(Rng& rng, int n, int vocab) {
   std::vector<Token> t(static_cast<size_t>(n));
   for (auto& x : t) x = Token(rng.uniform_int(0, vocab - 1));
   return t;
+}
+
+// ||a - b|| / ||b||
+double rel_norm(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += double(a[i] - b[i]) * (a[i] - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
 }
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
@@ -192,12 +203,7 @@ TEST_CASE("the unconstrained Eigen path computes the same function (not bit for 
   b.model.set_gemm_path(GemmPath::Eigen);
   Seq sa{p, {}, 0}, sb{p, {}, 0};
   const auto la = a.step({{&sa, 64}})[0], lb = b.step({{&sb, 64}})[0];
-  double num = 0, den = 0;
-  for (size_t i = 0; i < la.size(); ++i) {
-    num += double(la[i] - lb[i]) * (la[i] - lb[i]);
-    den += double(la[i]) * la[i];
-  }
-  CHECK(std::sqrt(num / den) < 1e-5);
+  CHECK(rel_norm(lb, la) < 1e-5);
 }
 
 namespace {
@@ -221,12 +227,7 @@ TEST_CASE("tensor parallelism: logits at TP 2 and 4 match TP 1 within fp32 toler
     Harness h(m, 512, 16, tp);
     Seq s{p, {}, 0};
     const auto got = h.step({{&s, 90}})[0];
-    double num = 0, den = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      num += double(got[i] - ref[i]) * (got[i] - ref[i]);
-      den += double(ref[i]) * ref[i];
-    }
-    CHECK_MESSAGE(std::sqrt(num / den) < 1e-5, "tp ", tp, " rel ", std::sqrt(num / den));
+    CHECK_MESSAGE(rel_norm(got, ref) < 1e-5, "tp ", tp, " rel ", rel_norm(got, ref));
     CHECK_FALSE(bit_equal(got, ref));  // o and down projections sum over ranks in another order
   }
 }

@@ -1,9 +1,10 @@
 #include "backend/cpu/kernels.h"
 
+#include "sim/config.h"
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -46,7 +47,7 @@ inline float finish(Acc acc, const float* a, const float* b, int64_t k0, int64_t
 }  // namespace
 
 void set_threads(int n) {
-  if (n < 0 || n > 1024) throw std::invalid_argument("--threads must be in [0, 1024] (0: all cores)");
+  if (n < 0 || n > 1024) throw InputError("--threads must be in [0, 1024] (0: all cores)");
   g_threads = n;
 }
 int threads() {

@@ -36,8 +36,8 @@ float dot(const float* a, const float* b, int64_t n);
 // y = x / sqrt(mean(x^2) + eps) * w, one row.
 void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y);
 
-// Threads used by the kernels (OpenMP); 0 means all cores. Throws std::invalid_argument
-// outside [0, 1024].
+// Threads used by the kernels (OpenMP); 0 means all cores. Throws InputError (bad
+// --threads) outside [0, 1024].
 void set_threads(int n);
 int threads();
 

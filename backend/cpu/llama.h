@@ -44,7 +44,6 @@ class PagedKvStore {
   float* k(int32_t layer, int32_t block, int32_t slot) { return &k_[offset(layer, block, slot)]; }
   float* v(int32_t layer, int32_t block, int32_t slot) { return &v_[offset(layer, block, slot)]; }
   int32_t block_size() const { return block_size_; }
-  double bytes() const { return double(k_.size() + v_.size()) * sizeof(float); }
 
  private:
   size_t offset(int32_t layer, int32_t block, int32_t slot) const {
