@@ -221,7 +221,7 @@ EngineSpec parse_engine(const Field& f) {
   EngineSpec e;
   if (!f.present()) return e;
   f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks", "kv_memory_gb",
-                "gpu_memory_utilization", "state_slots", "deterministic", "tp"});
+                "gpu_memory_utilization", "state_slots", "deterministic", "tp", "cuda_graph", "cuda_attention"});
   const std::string pol = f.get_string("policy", "continuous");
   if (pol == "continuous") e.policy = BatchingPolicy::Continuous;
   else if (pol == "static") e.policy = BatchingPolicy::Static;
@@ -234,6 +234,10 @@ EngineSpec parse_engine(const Field& f) {
   e.gpu_memory_utilization = f.get_double("gpu_memory_utilization", e.gpu_memory_utilization, 0.01, 1.0);
   e.state_slots = int32_t(f.get_int("state_slots", -1, 0, kI32Max));
   if (f.has("deterministic")) e.deterministic = f["deterministic"].as_bool();
+  if (f.has("cuda_graph")) e.cuda_graph = f["cuda_graph"].as_bool();
+  e.cuda_attention = f.get_string("cuda_attention", e.cuda_attention);
+  if (e.cuda_attention != "simt" && e.cuda_attention != "mma")
+    f["cuda_attention"].fail(fmt::format("unknown attention kernel '{}' (known: simt, mma)", e.cuda_attention));
   e.tp = int32_t(f.get_int("tp", 1, 1, 1024));
   if (f.has("num_kv_blocks") && f.has("kv_memory_gb")) f["kv_memory_gb"].fail("give num_kv_blocks or kv_memory_gb, not both");
   return e;
@@ -535,6 +539,8 @@ std::string to_yaml(const Workload& w) {
   n["engine"]["gpu_memory_utilization"] = num(e.gpu_memory_utilization);
   if (e.state_slots >= 0) n["engine"]["state_slots"] = e.state_slots;
   n["engine"]["deterministic"] = e.deterministic;
+  n["engine"]["cuda_graph"] = e.cuda_graph;
+  n["engine"]["cuda_attention"] = e.cuda_attention;
   n["engine"]["tp"] = e.tp;
   const RequestsSpec& r = w.requests;
   if (r.trace) {

@@ -87,6 +87,8 @@ struct EngineSpec {
   int32_t state_slots = -1;              // hybrid models: per-sequence state slots; -1: none
   bool deterministic = true;             // real backends: batch/chunk-invariant kernels (golden-exact)
   int32_t tp = 1;                        // tensor parallelism: ranks the model is split over
+  bool cuda_graph = true;                // CUDA backend: decode steps replay captured graphs
+  std::string cuda_attention = "simt";   // CUDA backend: attention on CUDA cores (simt) or tensor cores (mma)
   int32_t resolved_kv_blocks = 0;        // what the run uses (set by resolve)
 };
 

@@ -10,6 +10,9 @@
 #include "backend/cost_model.h"
 #include "backend/cpu/cpu_executor.h"
 #include "backend/cpu/kernels.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "backend/cuda/cuda_executor.h"
+#endif
 #include "sim/calibrate.h"
 #include "sim/compare.h"
 #include "sim/generate.h"
@@ -24,7 +27,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage:\n"
-    "  tandem run WORKLOAD.yaml [--backend sim|cpu] [--clock wall|virtual] [--threads N]\n"
+    "  tandem run WORKLOAD.yaml [--backend sim|cpu|cuda] [--clock wall|virtual] [--threads N]\n"
     "             [--set KEY=VALUE ...] [--out DIR] [--quiet]\n"
     "  tandem validate WORKLOAD.yaml [--set KEY=VALUE ...]\n"
     "  tandem compare RUN_DIR_A RUN_DIR_B\n"
@@ -44,7 +47,7 @@ std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
 int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   po::options_description opts("options");
   opts.add_options()("workload", po::value<std::string>(), "workload YAML")(
-      "backend", po::value<std::string>()->default_value("sim"), "sim (cost model) or cpu (reference model)")(
+      "backend", po::value<std::string>()->default_value("sim"), "sim (cost model), cpu (reference model) or cuda (GPU)")(
       "clock", po::value<std::string>(), "wall (real time; default for real backends) or virtual (jump between events)")(
       "threads", po::value<int>()->default_value(0), "CPU backend threads (0: all cores)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a workload key: --set engine.max_num_seqs=8")(
@@ -72,13 +75,18 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
     exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
                                      w.engine.deterministic, w.engine.tp);
   } else if (backend == "cuda") {
-    throw InputError("--backend cuda: not available in this build (the CUDA backend arrives with its own issue)");
+#ifdef TANDEM_HAVE_CUDA
+    exec = cuda::make_cuda_executor(w.model, w.seed, w.engine);
+#else
+    throw InputError("--backend cuda: this build has no CUDA backend (configure with -Dcuda=enabled where nvcc, "
+                     "cuBLAS and NCCL are installed)");
+#endif
   } else {
-    throw InputError(fmt::format("--backend {}: unknown (known: sim, cpu)", backend));
+    throw InputError(fmt::format("--backend {}: unknown (known: sim, cpu, cuda)", backend));
   }
   const std::string clock_name = vm.count("clock") ? vm["clock"].as<std::string>() : (exec->simulated() ? "virtual" : "wall");
   if (clock_name != "wall" && clock_name != "virtual") throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
-  if (clock_name == "wall" && exec->simulated()) throw InputError("--clock wall needs a real backend (--backend cpu)");
+  if (clock_name == "wall" && exec->simulated()) throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");
   std::unique_ptr<Clock> clock;
   if (clock_name == "wall") clock = std::make_unique<WallClock>();
   else clock = std::make_unique<VirtualClock>();

@@ -11,6 +11,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/llama.h"
 #include "sim/rng.h"
+#include "tests/model_harness.h"
 
 using namespace tandem;
 using namespace tandem::cpu;
@@ -32,53 +33,19 @@ ModelSpec tiny() {
   return m;
 }
 
-struct Seq {
-  std::vector<Token> tokens;     // the whole sequence so far
-  std::vector<int32_t> table;    // its block table
-  int32_t computed = 0;
-};
+using testing::bit_equal;
+using testing::random_tokens;
+using testing::Seq;
 
-class Harness {
+// A CPU model with dummy weights (seed 11) and a harness over it.
+struct ModelHolder {
+  LlamaModel model;
+};
+class Harness : public ModelHolder, public testing::StepHarness<LlamaModel> {
  public:
   explicit Harness(const ModelSpec& m, int32_t blocks = 512, int32_t bs = 16, int32_t tp = 1)
-      : model(m, dummy_weights(m, 11), blocks, bs, tp), bs_(bs) {}
-  // Blocks for `n` more positions of `s`, fresh ids.
-  void grow(Seq& s, int32_t upto) {
-    while (int32_t(s.table.size()) * bs_ < upto) s.table.push_back(next_block_++);
-  }
-  // One step: each (seq, n) advances seq by n tokens; returns the logits of each seq (all sample).
-  std::vector<std::vector<float>> step(std::vector<std::pair<Seq*, int32_t>> work) {
-    StepPlan plan;
-    for (auto& [s, n] : work) {
-      grow(*s, s->computed + n);
-      plan.seqs.push_back({0, n, s->computed, true, s->table});
-      plan.n_tokens += n;
-      plan.n_samples += 1;
-      for (int32_t i = 0; i < n; ++i) plan.tokens.push_back(s->tokens[size_t(s->computed + i)]);
-    }
-    std::vector<Token> sampled;
-    std::vector<float> logits;
-    model.forward(plan, plan.tokens, sampled, &logits);
-    std::vector<std::vector<float>> out;
-    const size_t V = size_t(model.spec().vocab);
-    for (size_t i = 0; i < work.size(); ++i) {
-      work[i].first->computed += work[i].second;
-      out.emplace_back(logits.begin() + long(i * V), logits.begin() + long((i + 1) * V));
-    }
-    return out;
-  }
-  LlamaModel model;
-
- private:
-  int32_t bs_;
-  int32_t next_block_ = 0;
+      : ModelHolder{LlamaModel(m, dummy_weights(m, 11), blocks, bs, tp)}, StepHarness(model, bs) {}
 };
-
-std::vector<Token> random_tokens(Rng& rng, int n, int vocab) {
-  std::vector<Token> t(static_cast<size_t>(n));
-  for (auto& x : t) x = Token(rng.uniform_int(0, vocab - 1));
-  return t;
-}
 
 // ||a - b|| / ||b||
 double rel_norm(const std::vector<float>& a, const std::vector<float>& b) {
@@ -88,10 +55,6 @@ double rel_norm(const std::vector<float>& a, const std::vector<float>& b) {
     den += double(b[i]) * b[i];
   }
   return std::sqrt(num / den);
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace

@@ -101,6 +101,21 @@ PagedKvStore::PagedKvStore(int32_t layers, int32_t kv_heads, int32_t head_dim, i
       k_(size_t(layers) * size_t(num_blocks) * size_t(block_size) * token_stride_),
       v_(k_.size()) {}
 
+void rope_tables(const ModelSpec& m, std::vector<float>& cos_table, std::vector<float>& sin_table) {
+  // As Hugging Face builds them: inv_freq and angles in float32.
+  const int32_t half = m.head_dim() / 2;
+  cos_table.resize(size_t(m.max_model_len) * size_t(half));
+  sin_table.resize(cos_table.size());
+  for (int32_t i = 0; i < half; ++i) {
+    const float inv_freq = 1.0f / std::pow(float(m.rope_theta), float(2 * i) / float(m.head_dim()));
+    for (int32_t p = 0; p < m.max_model_len; ++p) {
+      const float angle = float(p) * inv_freq;
+      cos_table[size_t(p) * size_t(half) + size_t(i)] = std::cos(angle);
+      sin_table[size_t(p) * size_t(half) + size_t(i)] = std::sin(angle);
+    }
+  }
+}
+
 namespace {
 std::vector<float> rows_of(const std::vector<float>& w, int64_t cols, int64_t r0, int64_t n) {
   return {w.begin() + r0 * cols, w.begin() + (r0 + n) * cols};
@@ -146,18 +161,7 @@ LlamaModel::LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, i
     shards_.push_back(std::move(sh));
   }
   for (LlamaLayer& L : w_.layers) L.wqkv = L.wo = L.w_gate_up = L.w_down = {};  // now in the shards
-  // RoPE tables as Hugging Face builds them: inv_freq and angles in float32.
-  const int32_t half = m.head_dim() / 2;
-  rope_cos_.resize(size_t(m.max_model_len) * size_t(half));
-  rope_sin_.resize(rope_cos_.size());
-  for (int32_t i = 0; i < half; ++i) {
-    const float inv_freq = 1.0f / std::pow(float(m.rope_theta), float(2 * i) / float(m.head_dim()));
-    for (int32_t p = 0; p < m.max_model_len; ++p) {
-      const float angle = float(p) * inv_freq;
-      rope_cos_[size_t(p) * size_t(half) + size_t(i)] = std::cos(angle);
-      rope_sin_[size_t(p) * size_t(half) + size_t(i)] = std::sin(angle);
-    }
-  }
+  rope_tables(m, rope_cos_, rope_sin_);
 }
 
 void LlamaModel::gemm(const float* x, int64_t t, int64_t k, const std::vector<float>& w, int64_t n, float* y) const {

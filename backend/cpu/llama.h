@@ -37,6 +37,9 @@ void check_fits_in_memory(const ModelSpec& m, double kv_bytes);
 // Weights of a Hugging Face checkpoint folder; fills the shape fields of `m` from config.json.
 LlamaWeights load_checkpoint(const std::string& folder, ModelSpec& m);
 
+// RoPE cos/sin tables, [max_model_len][head_dim / 2]; the CUDA backend uploads the same ones.
+void rope_tables(const ModelSpec& m, std::vector<float>& cos_table, std::vector<float>& sin_table);
+
 // K and V of every layer, laid out [layer][block][slot][kv_head][head_dim].
 class PagedKvStore {
  public:

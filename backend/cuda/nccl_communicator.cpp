@@ -32,12 +32,17 @@ NcclCommunicator::~NcclCommunicator() {
 
 int NcclCommunicator::size() const { return int(impl_->comms.size()); }
 
-void NcclCommunicator::all_reduce_sum(std::span<float* const> bufs, size_t n) {
-  if (bufs.size() != impl_->comms.size()) throw std::invalid_argument("NcclCommunicator: one buffer per rank");
+void NcclCommunicator::all_reduce_sum_async(std::span<float* const> bufs, size_t n, std::span<const cudaStream_t> streams) {
+  if (bufs.size() != impl_->comms.size() || streams.size() != bufs.size())
+    throw std::invalid_argument("NcclCommunicator: one buffer and one stream per rank");
   TANDEM_NCCL_CHECK(ncclGroupStart());
   for (size_t r = 0; r < bufs.size(); ++r)
-    TANDEM_NCCL_CHECK(ncclAllReduce(bufs[r], bufs[r], n, ncclFloat32, ncclSum, impl_->comms[r], impl_->streams[r]));
+    TANDEM_NCCL_CHECK(ncclAllReduce(bufs[r], bufs[r], n, ncclFloat32, ncclSum, impl_->comms[r], streams[r]));
   TANDEM_NCCL_CHECK(ncclGroupEnd());
+}
+
+void NcclCommunicator::all_reduce_sum(std::span<float* const> bufs, size_t n) {
+  all_reduce_sum_async(bufs, n, impl_->streams);
   for (size_t r = 0; r < bufs.size(); ++r) {
     TANDEM_CUDA_CHECK(cudaSetDevice(int(r)));
     TANDEM_CUDA_CHECK(cudaStreamSynchronize(impl_->streams[r]));

@@ -2,7 +2,10 @@
 // driven from one host thread with grouped calls. Implements the same interface as the
 // CPU's in-process communicator; buffers are device pointers, rank i's on device i.
 #pragma once
+#include <cuda_runtime.h>
+
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/comm.h"
@@ -18,6 +21,8 @@ class NcclCommunicator final : public communicator_i {
   int size() const override;
   // In place on every rank's device buffer; returns when every rank's result is ready.
   void all_reduce_sum(std::span<float* const> rank_buffers, size_t n) override;
+  // The same, enqueued on each rank's stream (ordered after the work already there); no wait.
+  void all_reduce_sum_async(std::span<float* const> rank_buffers, size_t n, std::span<const cudaStream_t> streams);
 
  private:
   struct Impl;

@@ -1,0 +1,47 @@
+// What both attention kernels share: loading one tile of keys and values of one KV head
+// from the paged cache into shared memory. Keys past the tile's last query position are
+// zeros, never read from the cache (their slots may not exist yet).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+// Stores 8 bf16 (16 bytes) at p; rows of ld elements that are not a multiple of 16 bytes
+// (padded against bank conflicts) take four 4-byte stores.
+template <int kLd>
+__device__ __forceinline__ void store_chunk(__nv_bfloat16* p, uint4 v) {
+  if constexpr ((kLd * 2) % 16 == 0) {
+    *reinterpret_cast<uint4*>(p) = v;
+  } else {
+    uint32_t* d = reinterpret_cast<uint32_t*>(p);
+    d[0] = v.x;
+    d[1] = v.y;
+    d[2] = v.z;
+    d[3] = v.w;
+  }
+}
+
+// Keys kt*kKeys .. kt*kKeys + kKeys - 1 of KV head g: K rows into k_s (row stride kLdK),
+// V rows into v_s (kLdV). All kThreads threads of the block take part.
+template <int HD, int kKeys, int kThreads, int kLdK, int kLdV>
+__device__ __forceinline__ void load_kv_tile(__nv_bfloat16* k_s, __nv_bfloat16* v_s, const __nv_bfloat16* k_cache,
+                                             const __nv_bfloat16* v_cache, const int32_t* table, int32_t block_size,
+                                             int32_t kv_heads, int g, int kt, int last_pos, int tid) {
+  constexpr int kChunks = HD / 8;  // 16-byte chunks per key row
+  for (int i = tid; i < kKeys * kChunks; i += kThreads) {
+    const int j = i / kChunks, c = i % kChunks, key = kt * kKeys + j;
+    uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+    if (key <= last_pos) {
+      const int64_t slot = int64_t(table[key / block_size]) * block_size + key % block_size;
+      const int64_t off = (slot * kv_heads + g) * HD + c * 8;
+      kv = *reinterpret_cast<const uint4*>(k_cache + off);
+      vv = *reinterpret_cast<const uint4*>(v_cache + off);
+    }
+    store_chunk<kLdK>(k_s + j * kLdK + c * 8, kv);
+    store_chunk<kLdV>(v_s + j * kLdV + c * 8, vv);
+  }
+}
+
+}  // namespace tandem::cuda

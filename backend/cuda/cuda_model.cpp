@@ -1,0 +1,508 @@
+#include "backend/cuda/cuda_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/nccl_communicator.h"
+#include "sim/config.h"
+
+namespace tandem::cuda {
+
+namespace {
+
+int32_t next_pow2(int32_t n) {
+  int32_t b = 1;
+  while (b < n) b *= 2;
+  return b;
+}
+
+// Pinned host memory: the step's metadata and results cross with async copies.
+template <class T>
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  ~HostBuffer() {
+    if (p_) (void)cudaFreeHost(p_);
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void resize(size_t n) {
+    if (n <= n_) return;
+    if (p_) TANDEM_CUDA_CHECK(cudaFreeHost(p_));
+    p_ = nullptr;
+    TANDEM_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p_), n * sizeof(T)));
+    n_ = n;
+  }
+  T* get() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+struct Layer {
+  DeviceBuffer<float> attn_norm, mlp_norm;
+  DeviceBuffer<bf16> wqkv, wo, w_gate_up, w_down;
+};
+
+// Where each part of a step's int32 metadata lives, for the capacities (tokens, sequences).
+struct MetaLayout {
+  size_t tokens = 0, positions = 0, slots = 0, tiles = 0, tables = 0, samples = 0, total = 0;
+  MetaLayout() = default;
+  MetaLayout(int64_t max_tokens, int64_t max_seqs, int64_t table_width) {
+    positions = size_t(max_tokens);
+    slots = 2 * size_t(max_tokens);
+    tiles = 3 * size_t(max_tokens);
+    tables = tiles + 4 * size_t(max_tokens);  // a tile has at least one token
+    samples = tables + size_t(max_seqs * table_width);
+    total = samples + size_t(max_seqs);
+  }
+};
+
+// One GPU: its shard of the weights (heads and ffn slice), of the KV cache (its KV heads),
+// its activations and its stream.
+struct Rank {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  int32_t heads = 0, kv_heads = 0, ffn = 0;
+  std::unique_ptr<Gemm> gemm;
+  DeviceBuffer<bf16> embed, lm_head;
+  DeviceBuffer<float> final_norm, rope_cos, rope_sin;
+  std::vector<Layer> layers;
+  DeviceBuffer<bf16> k_cache, v_cache;  // [layer][block * bs + slot][kv_heads][head_dim]
+  DeviceBuffer<float> x, qkv, gu, partial, logits;
+  DeviceBuffer<bf16> xn, attn, act, last;
+  DeviceBuffer<int32_t> meta, sampled;
+};
+
+struct Graph {
+  cudaGraphExec_t exec = nullptr;
+};
+
+}  // namespace
+
+struct CudaModel::Impl {
+  ModelSpec m;
+  CudaModelOptions opt;
+  uint64_t seed = 0;
+  int32_t num_blocks = 0, block_size = 0, table_width = 0, tile_tokens = 1;
+  int64_t cap_tokens = 0, cap_seqs = 0;
+  MetaLayout meta;
+  std::vector<Rank> ranks;
+  std::unique_ptr<NcclCommunicator> comm;
+  HostBuffer<int32_t> host_meta, host_sampled;
+  HostBuffer<float> host_logits;
+  std::map<int32_t, Graph> graphs;  // decode batch-size bucket -> captured step
+  CudaModelStats stats;
+  int64_t n_tiles = 0, n_samples = 0;
+
+  ~Impl() {
+    for (auto& [bucket, g] : graphs) (void)cudaGraphExecDestroy(g.exec);
+    comm.reset();
+    for (Rank& r : ranks) {
+      (void)cudaSetDevice(r.device);
+      if (r.stream) (void)cudaStreamDestroy(r.stream);
+    }
+  }
+
+  void use(const Rank& r) const {
+    if (ranks.size() > 1) TANDEM_CUDA_CHECK(cudaSetDevice(r.device));
+  }
+
+  void load_weights(const cpu::LlamaWeights* host);
+  void load_slice(Rank& r, bf16* dst, const std::vector<float>* host, uint64_t id, float scale, int64_t rows,
+                  int64_t cols, int64_t full_cols, int64_t row0, int64_t col0) const;
+  void allocate_activations(int64_t tokens, int64_t seqs);
+  void fill_meta(const StepPlan& plan, std::span<const Token> tokens, int32_t pad_to);
+  void upload_meta(int64_t T, int64_t S);
+  void launch_step(int64_t T);
+  void all_reduce_partials(int64_t n);
+  void run_graph(int32_t bucket);
+};
+
+void CudaModel::Impl::load_slice(Rank& r, bf16* dst, const std::vector<float>* host, uint64_t id, float scale,
+                                 int64_t rows, int64_t cols, int64_t full_cols, int64_t row0, int64_t col0) const {
+  if (!host) {
+    fill_uniform(dst, rows, cols, full_cols, row0, col0, seed, id, scale, r.stream);
+    return;
+  }
+  std::vector<bf16> slice(size_t(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      slice[size_t(i * cols + j)] = __float2bfloat16((*host)[size_t((row0 + i) * full_cols + col0 + j)]);
+  TANDEM_CUDA_CHECK(cudaMemcpy(dst, slice.data(), slice.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+}
+
+void CudaModel::Impl::load_weights(const cpu::LlamaWeights* w) {
+  const int64_t h = m.hidden, hd = m.head_dim(), H = m.heads, KV = m.kv_heads, F = m.ffn, V = m.vocab;
+  const int64_t tp = int64_t(ranks.size());
+  // Dummy weights: the CPU backend's scales (uniform, standard deviation 1/sqrt(fan-in); 1 for
+  // the embedding), so activations stay O(1) and greedy outputs depend on the context.
+  const float sqrt3 = std::sqrt(3.0f);
+  const auto fan = [&](int64_t in) { return sqrt3 / std::sqrt(float(in)); };
+  const std::vector<float> ones(size_t(h), 1.0f);
+  const auto upload_norm = [&](DeviceBuffer<float>& dst, const std::vector<float>* src) {
+    dst.resize(size_t(h));
+    TANDEM_CUDA_CHECK(cudaMemcpy(dst.get(), (src ? *src : ones).data(), size_t(h) * sizeof(float), cudaMemcpyHostToDevice));
+  };
+  std::vector<float> cos_table, sin_table;
+  cpu::rope_tables(m, cos_table, sin_table);
+  for (int64_t ri = 0; ri < tp; ++ri) {
+    Rank& r = ranks[size_t(ri)];
+    use(r);
+    const int64_t Hs = r.heads, KVs = r.kv_heads, Fs = r.ffn;
+    r.embed.resize(size_t(V * h));
+    load_slice(r, r.embed.get(), w ? &w->embed : nullptr, 0, sqrt3, V, h, h, 0, 0);
+    r.layers.resize(size_t(m.layers));
+    for (int64_t l = 0; l < m.layers; ++l) {
+      Layer& L = r.layers[size_t(l)];
+      const cpu::LlamaLayer* src = w ? &w->layers[size_t(l)] : nullptr;
+      const uint64_t id = 1 + 4 * uint64_t(l);
+      upload_norm(L.attn_norm, src ? &src->attn_norm : nullptr);
+      upload_norm(L.mlp_norm, src ? &src->mlp_norm : nullptr);
+      // Megatron split, as the CPU model: q/k/v and gate/up by rows (heads, ffn slice), o and down by columns.
+      L.wqkv.resize(size_t((Hs + 2 * KVs) * hd * h));
+      const std::vector<float>* wqkv = src ? &src->wqkv : nullptr;
+      load_slice(r, L.wqkv.get(), wqkv, id, fan(h), Hs * hd, h, h, ri * Hs * hd, 0);
+      load_slice(r, L.wqkv.get() + Hs * hd * h, wqkv, id, fan(h), KVs * hd, h, h, H * hd + ri * KVs * hd, 0);
+      load_slice(r, L.wqkv.get() + (Hs + KVs) * hd * h, wqkv, id, fan(h), KVs * hd, h, h,
+                 (H + KV) * hd + ri * KVs * hd, 0);
+      L.wo.resize(size_t(h * Hs * hd));
+      load_slice(r, L.wo.get(), src ? &src->wo : nullptr, id + 1, fan(H * hd), h, Hs * hd, H * hd, 0, ri * Hs * hd);
+      L.w_gate_up.resize(size_t(2 * Fs * h));
+      const std::vector<float>* gu = src ? &src->w_gate_up : nullptr;
+      load_slice(r, L.w_gate_up.get(), gu, id + 2, fan(h), Fs, h, h, ri * Fs, 0);
+      load_slice(r, L.w_gate_up.get() + Fs * h, gu, id + 2, fan(h), Fs, h, h, F + ri * Fs, 0);
+      L.w_down.resize(size_t(h * Fs));
+      load_slice(r, L.w_down.get(), src ? &src->w_down : nullptr, id + 3, fan(F), h, Fs, F, 0, ri * Fs);
+    }
+    if (ri == 0) {  // the LM head runs on rank 0 only
+      upload_norm(r.final_norm, w ? &w->final_norm : nullptr);
+      r.lm_head.resize(size_t(V * h));
+      if (w) load_slice(r, r.lm_head.get(), &w->lm_head, 0, 0, V, h, h, 0, 0);
+      else if (m.tie_embeddings)
+        TANDEM_CUDA_CHECK(cudaMemcpyAsync(r.lm_head.get(), r.embed.get(), size_t(V * h) * sizeof(bf16),
+                                          cudaMemcpyDeviceToDevice, r.stream));  // after embed's fill, same stream
+      else load_slice(r, r.lm_head.get(), nullptr, 1 + 4 * uint64_t(m.layers), fan(h), V, h, h, 0, 0);
+    }
+    r.rope_cos.resize(cos_table.size());
+    r.rope_sin.resize(sin_table.size());
+    TANDEM_CUDA_CHECK(cudaMemcpy(r.rope_cos.get(), cos_table.data(), cos_table.size() * 4, cudaMemcpyHostToDevice));
+    TANDEM_CUDA_CHECK(cudaMemcpy(r.rope_sin.get(), sin_table.data(), sin_table.size() * 4, cudaMemcpyHostToDevice));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(r.stream));
+  }
+}
+
+void CudaModel::Impl::allocate_activations(int64_t tokens, int64_t seqs) {
+  for (auto& [bucket, g] : graphs) (void)cudaGraphExecDestroy(g.exec);  // they hold the old pointers
+  graphs.clear();
+  cap_tokens = tokens;
+  cap_seqs = seqs;
+  meta = MetaLayout(tokens, seqs, table_width);
+  const int64_t h = m.hidden, hd = m.head_dim();
+  for (Rank& r : ranks) {
+    use(r);
+    r.x.resize(size_t(tokens * h));
+    r.xn.resize(size_t(tokens * h));
+    r.partial.resize(size_t(tokens * h));
+    r.qkv.resize(size_t(tokens * (r.heads + 2 * r.kv_heads) * hd));
+    r.attn.resize(size_t(tokens * r.heads * hd));
+    r.gu.resize(size_t(tokens * 2 * r.ffn));
+    r.act.resize(size_t(tokens * r.ffn));
+    r.meta.resize(meta.total);
+    if (&r == &ranks[0]) {
+      r.last.resize(size_t(seqs * h));
+      r.logits.resize(size_t(seqs * m.vocab));
+      r.sampled.resize(size_t(seqs));
+    }
+  }
+  host_meta.resize(meta.total);
+  host_sampled.resize(size_t(seqs));
+}
+
+// Metadata of a step; with pad_to > 0 (a graph replay), padded to that many decode rows:
+// padding rows read token 0 at position 0, write no KV (slot -1) and run no attention tile.
+void CudaModel::Impl::fill_meta(const StepPlan& plan, std::span<const Token> tokens, int32_t pad_to) {
+  int32_t* hm = host_meta.get();
+  auto* tiles = reinterpret_cast<AttentionTile*>(hm + meta.tiles);
+  int64_t t = 0;
+  n_tiles = n_samples = 0;
+  for (size_t s = 0; s < plan.seqs.size(); ++s) {
+    const ScheduledSeq& seq = plan.seqs[s];
+    if (int64_t(seq.block_table.size()) > table_width)
+      throw std::logic_error("CudaModel: block table longer than max_model_len allows");
+    std::fill_n(std::copy(seq.block_table.begin(), seq.block_table.end(), hm + meta.tables + s * size_t(table_width)),
+                table_width - int64_t(seq.block_table.size()), 0);
+    for (int32_t i = 0; i < seq.n_tokens; ++i, ++t) {
+      const int32_t pos = seq.n_computed_before + i;
+      if (pos >= m.max_model_len) throw std::logic_error("CudaModel: position past max_model_len");
+      const Token id = tokens[size_t(t)];
+      if (id < 0 || id >= m.vocab) throw std::runtime_error(fmt::format("token id {} outside the vocabulary ({})", id, m.vocab));
+      const int32_t block = seq.block_table[size_t(pos / block_size)];
+      hm[meta.tokens + size_t(t)] = id;
+      hm[meta.positions + size_t(t)] = pos;
+      hm[meta.slots + size_t(t)] = block * block_size + pos % block_size;
+    }
+    for (int32_t i0 = 0; i0 < seq.n_tokens; i0 += tile_tokens)
+      tiles[n_tiles++] = AttentionTile{int32_t(s), int32_t(t - seq.n_tokens + i0), std::min(tile_tokens, seq.n_tokens - i0),
+                                       seq.n_computed_before + i0};
+    if (seq.samples) hm[meta.samples + size_t(n_samples++)] = int32_t(t - 1);
+  }
+  for (; t < pad_to; ++t, ++n_tiles, ++n_samples) {
+    hm[meta.tokens + size_t(t)] = 0;
+    hm[meta.positions + size_t(t)] = 0;
+    hm[meta.slots + size_t(t)] = -1;
+    tiles[n_tiles] = AttentionTile{int32_t(n_tiles), int32_t(t), 0, 0};
+    hm[meta.samples + size_t(n_samples)] = int32_t(t);
+  }
+}
+
+void CudaModel::Impl::upload_meta(int64_t T, int64_t S) {
+  const auto part = [&](Rank& r, size_t off, size_t n) {
+    if (n) TANDEM_CUDA_CHECK(cudaMemcpyAsync(r.meta.get() + off, host_meta.get() + off, n * 4, cudaMemcpyHostToDevice, r.stream));
+  };
+  for (Rank& r : ranks) {
+    use(r);
+    part(r, meta.tokens, size_t(T));
+    part(r, meta.positions, size_t(T));
+    part(r, meta.slots, size_t(T));
+    part(r, meta.tiles, size_t(4 * n_tiles));
+    part(r, meta.tables, size_t(S * table_width));
+    part(r, meta.samples, size_t(n_samples));
+  }
+}
+
+void CudaModel::Impl::all_reduce_partials(int64_t n) {
+  if (!comm) return;  // one rank: its partial is the sum
+  std::vector<float*> bufs;
+  std::vector<cudaStream_t> streams;
+  for (Rank& r : ranks) {
+    bufs.push_back(r.partial.get());
+    streams.push_back(r.stream);
+  }
+  comm->all_reduce_sum_async(bufs, size_t(n), streams);
+}
+
+// Enqueues a whole step (no synchronisation: it can be captured in a graph).
+void CudaModel::Impl::launch_step(int64_t T) {
+  const int64_t h = m.hidden, hd = m.head_dim();
+  const float eps = float(m.rms_norm_eps);
+  for (Rank& r : ranks) {
+    use(r);
+    embed_gather(r.meta.get() + meta.tokens, r.embed.get(), T, h, r.x.get(), r.stream);
+  }
+  for (int32_t l = 0; l < m.layers; ++l) {
+    for (Rank& r : ranks) {
+      use(r);
+      const Layer& L = r.layers[size_t(l)];
+      const int64_t qkv_n = (r.heads + 2 * r.kv_heads) * hd;
+      const size_t layer_off = size_t(l) * size_t(num_blocks) * size_t(block_size) * size_t(r.kv_heads) * size_t(hd);
+      // The previous layer's MLP output joins the residual stream inside the norm.
+      add_rmsnorm(r.x.get(), l == 0 ? nullptr : r.partial.get(), L.attn_norm.get(), T, h, eps, r.xn.get(), r.stream);
+      r.gemm->run(r.xn.get(), T, h, L.wqkv.get(), qkv_n, r.qkv.get(), r.stream);
+      rope_store_kv(r.qkv.get(), r.meta.get() + meta.positions, r.meta.get() + meta.slots, r.rope_cos.get(),
+                    r.rope_sin.get(), T, r.heads, r.kv_heads, int32_t(hd), r.k_cache.get() + layer_off,
+                    r.v_cache.get() + layer_off, r.stream);
+      const auto attention = opt.attention == AttentionKernel::Mma ? paged_attention_mma : paged_attention;
+      attention(r.qkv.get(), qkv_n, r.k_cache.get() + layer_off, r.v_cache.get() + layer_off, r.meta.get() + meta.tables,
+                table_width, block_size, reinterpret_cast<const AttentionTile*>(r.meta.get() + meta.tiles),
+                int32_t(n_tiles), r.heads, r.kv_heads, int32_t(hd), r.attn.get(), r.stream);
+      r.gemm->run(r.attn.get(), T, r.heads * hd, L.wo.get(), h, r.partial.get(), r.stream);
+    }
+    all_reduce_partials(T * h);
+    for (Rank& r : ranks) {
+      use(r);
+      const Layer& L = r.layers[size_t(l)];
+      add_rmsnorm(r.x.get(), r.partial.get(), L.mlp_norm.get(), T, h, eps, r.xn.get(), r.stream);
+      r.gemm->run(r.xn.get(), T, h, L.w_gate_up.get(), 2 * r.ffn, r.gu.get(), r.stream);
+      swiglu(r.gu.get(), T, r.ffn, r.act.get(), r.stream);
+      r.gemm->run(r.act.get(), T, r.ffn, L.w_down.get(), h, r.partial.get(), r.stream);
+    }
+    all_reduce_partials(T * h);
+  }
+  Rank& r = ranks[0];
+  use(r);
+  add_rmsnorm(r.x.get(), r.partial.get(), r.final_norm.get(), T, h, eps, r.xn.get(), r.stream);
+  gather_rows(r.xn.get(), r.meta.get() + meta.samples, n_samples, h, r.last.get(), r.stream);
+  r.gemm->run(r.last.get(), n_samples, h, r.lm_head.get(), m.vocab, r.logits.get(), r.stream);
+  argmax_rows(r.logits.get(), n_samples, m.vocab, r.sampled.get(), r.stream);
+}
+
+void CudaModel::Impl::run_graph(int32_t bucket) {
+  Rank& r = ranks[0];
+  auto found = graphs.find(bucket);
+  if (found != graphs.end()) {
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(found->second.exec, r.stream));
+    ++stats.graph_replays;
+    return;
+  }
+  // First step of this size: run it eagerly (it loads every kernel and pins the GEMM
+  // algorithms), then capture the same launches for the next ones. Capture runs nothing.
+  launch_step(bucket);
+  ++stats.eager_steps;
+  cudaGraph_t graph = nullptr;
+  TANDEM_CUDA_CHECK(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    launch_step(bucket);
+  } catch (...) {
+    (void)cudaStreamEndCapture(r.stream, &graph);
+    if (graph) (void)cudaGraphDestroy(graph);
+    throw;
+  }
+  TANDEM_CUDA_CHECK(cudaStreamEndCapture(r.stream, &graph));
+  Graph g;
+  const cudaError_t inst = cudaGraphInstantiate(&g.exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  TANDEM_CUDA_CHECK(inst);
+  graphs[bucket] = g;
+  ++stats.graph_captures;
+}
+
+CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, uint64_t seed, int32_t num_blocks,
+                     int32_t block_size, const CudaModelOptions& opt)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.m = m;
+  s.opt = opt;
+  s.seed = seed;
+  s.num_blocks = num_blocks;
+  s.block_size = block_size;
+  s.table_width = (m.max_model_len + block_size - 1) / block_size;
+  const int32_t tp = opt.tp;
+  if (tp < 1 || m.heads % tp || m.kv_heads % tp || m.ffn % tp)
+    throw InputError(fmt::format("engine.tp {} must divide the model's heads ({}), KV heads ({}) and ffn ({})", tp,
+                                 m.heads, m.kv_heads, m.ffn));
+  if (!attention_supports_head_dim(m.head_dim()))
+    throw InputError(fmt::format("model '{}': head_dim {} is not supported by the CUDA attention kernel (32, 64 or 128)",
+                                 m.name, m.head_dim()));
+  const int32_t group = m.heads / m.kv_heads, max_group = opt.attention == AttentionKernel::Mma ? 64 : 16;
+  if (group > max_group)
+    throw InputError(fmt::format("model '{}': {} query heads per KV head; the CUDA attention kernel takes at most {}",
+                                 m.name, group, max_group));
+  const int devices = device_count();
+  if (devices < tp)
+    throw std::runtime_error(tp == 1 ? std::string("--backend cuda: no usable CUDA device")
+                                     : fmt::format("engine.tp {} needs {} GPUs; {} found", tp, tp, devices));
+  s.tile_tokens = opt.attention == AttentionKernel::Mma ? attention_mma_tile_tokens(group) : attention_tile_tokens(group);
+  s.ranks.resize(size_t(tp));
+  const double kv_bytes = 2.0 * m.layers * double(num_blocks) * block_size * (m.kv_heads / tp) * m.head_dim() * 2.0;
+  const double weight_bytes = (m.linear_params() / tp + 2.0 * m.hidden * double(m.vocab)) * 2.0;
+  // Activations for the largest step (fp32 x, partial, qkv, gate/up; bf16 xn, attention, act)
+  // and the LM head's rows; the 32 MB GEMM workspace aside.
+  const int32_t max_seqs = next_pow2(std::max(1, opt.max_step_seqs));
+  const double tokens = double(std::max(opt.max_step_tokens, max_seqs));
+  const double act_bytes = tokens * (4.0 * 2 * m.hidden + 2.0 * m.hidden + 4.0 * (m.heads + 2 * m.kv_heads) / tp * m.head_dim() +
+                                     2.0 * m.heads / tp * m.head_dim() + (4.0 * 2 + 2.0) * m.ffn / tp) +
+                           double(max_seqs) * (2.0 * m.hidden + 4.0 * m.vocab);
+  for (int i = 0; i < tp; ++i) {
+    Rank& r = s.ranks[size_t(i)];
+    r.device = i;
+    r.heads = m.heads / tp;
+    r.kv_heads = m.kv_heads / tp;
+    r.ffn = m.ffn / tp;
+    TANDEM_CUDA_CHECK(cudaSetDevice(i));
+    size_t free_b = 0, total_b = 0;
+    TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (kv_bytes + weight_bytes + act_bytes > 0.95 * double(free_b))
+      throw InputError(fmt::format("model '{}' needs {:.1f} GB of bf16 weights, {:.1f} GB of KV cache and {:.1f} GB of "
+                                   "activations (engine.max_num_batched_tokens {}) per GPU; GPU {} has {:.1f} GB free "
+                                   "(set engine.num_kv_blocks or engine.kv_memory_gb, lower the token budget, or raise engine.tp)",
+                                   m.name, weight_bytes / 1e9, kv_bytes / 1e9, act_bytes / 1e9, opt.max_step_tokens, i,
+                                   double(free_b) / 1e9));
+    TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+    r.gemm = std::make_unique<Gemm>(opt.deterministic, opt.gemm_pin_tokens);
+    const size_t kv_elems = size_t(m.layers) * size_t(num_blocks) * size_t(block_size) * size_t(r.kv_heads) * size_t(m.head_dim());
+    r.k_cache.resize(kv_elems);
+    r.v_cache.resize(kv_elems);
+  }
+  if (tp > 1 || opt.nccl_at_tp1) s.comm = std::make_unique<NcclCommunicator>(tp);
+  s.load_weights(host_weights);
+  s.allocate_activations(int64_t(tokens), max_seqs);
+  TANDEM_CUDA_CHECK(cudaSetDevice(0));
+}
+
+CudaModel::~CudaModel() = default;
+
+void CudaModel::randomize_kv_cache(uint64_t seed) {
+  for (Rank& r : impl_->ranks) {
+    impl_->use(r);
+    const int64_t n = int64_t(r.k_cache.size());
+    fill_uniform(r.k_cache.get(), 1, n, n, 0, 0, seed, 1000 + uint64_t(r.device) * 2, 1.0f, r.stream);
+    fill_uniform(r.v_cache.get(), 1, n, n, 0, 0, seed, 1001 + uint64_t(r.device) * 2, 1.0f, r.stream);
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(r.stream));
+  }
+}
+
+const ModelSpec& CudaModel::spec() const { return impl_->m; }
+CudaModelStats CudaModel::stats() const { return impl_->stats; }
+
+void CudaModel::forward(const StepPlan& plan, std::span<const Token> tokens, std::vector<Token>& sampled,
+                        std::vector<float>* logits) {
+  Impl& s = *impl_;
+  const int64_t T = plan.n_tokens, S = int64_t(plan.seqs.size());
+  if (int64_t(tokens.size()) != T) throw std::logic_error("CudaModel::forward: token count differs from the plan");
+  if (T == 0) return;
+  const bool decode_only = std::all_of(plan.seqs.begin(), plan.seqs.end(),
+                                       [](const ScheduledSeq& q) { return q.n_tokens == 1 && q.samples; });
+  const bool graph = s.opt.cuda_graph && !s.comm && decode_only && !logits;
+  const int32_t bucket = graph ? next_pow2(int32_t(S)) : 0;
+  if (T > s.cap_tokens || S > s.cap_seqs || bucket > s.cap_seqs)
+    s.allocate_activations(std::max(T, s.cap_tokens), std::max<int64_t>(next_pow2(int32_t(std::max(S, s.cap_seqs))), bucket));
+  s.fill_meta(plan, tokens, bucket);
+  const int64_t T_run = graph ? bucket : T;
+  s.upload_meta(T_run, graph ? bucket : S);
+  if (graph) {
+    s.run_graph(bucket);
+  } else {
+    s.launch_step(T);
+    ++s.stats.eager_steps;
+  }
+  Rank& r = s.ranks[0];
+  if (s.ranks.size() > 1) TANDEM_CUDA_CHECK(cudaSetDevice(r.device));
+  const int64_t n_real = graph ? S : s.n_samples;
+  if (n_real)
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(s.host_sampled.get(), r.sampled.get(), size_t(n_real) * 4, cudaMemcpyDeviceToHost, r.stream));
+  if (logits) {
+    s.host_logits.resize(size_t(n_real * s.m.vocab));
+    if (n_real)
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(s.host_logits.get(), r.logits.get(), size_t(n_real * s.m.vocab) * 4,
+                                        cudaMemcpyDeviceToHost, r.stream));
+  }
+  for (Rank& rk : s.ranks) {
+    s.use(rk);
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(rk.stream));
+  }
+  sampled.insert(sampled.end(), s.host_sampled.get(), s.host_sampled.get() + n_real);
+  if (logits) logits->assign(s.host_logits.get(), s.host_logits.get() + n_real * s.m.vocab);
+}
+
+std::string CudaModel::describe() const {
+  const Impl& s = *impl_;
+  std::string out;
+  for (const Rank& r : s.ranks) out += fmt::format("rank {}: {}\n", r.device, device_description(r.device));
+  const int64_t h = s.m.hidden, hd = s.m.head_dim();
+  const Rank& r = s.ranks[0];
+  const auto line = [&](const char* name, int64_t N, int64_t K) {
+    out += fmt::format("  gemm {:<8} {:>6} x {:<6} {}\n", name, N, K, r.gemm->describe(N, K));
+  };
+  out += fmt::format("attention: {}\n", s.opt.attention == AttentionKernel::Mma ? "mma (tensor cores)" : "simt (CUDA cores)");
+  out += fmt::format("gemm mode: {}\n", s.opt.deterministic ? fmt::format("deterministic (pinned at {} tokens)", s.opt.gemm_pin_tokens)
+                                                            : std::string("fast (heuristic per step size)"));
+  line("qkv", (r.heads + 2 * r.kv_heads) * hd, h);
+  line("o", h, r.heads * hd);
+  line("gate_up", 2 * r.ffn, h);
+  line("down", h, r.ffn);
+  line("lm_head", s.m.vocab, h);
+  return out;
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,61 @@
+// The reference model on NVIDIA GPUs: the CPU model's twin (same decoder, same paged KV
+// layout and block ids from policies/), with bf16 weights and KV cache and fp32 accumulation.
+// Plain C++ interface: the CUDA types stay inside backend/cuda.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/llama.h"
+#include "backend/specs.h"
+#include "policies/plan.h"
+
+namespace tandem::cuda {
+
+enum class AttentionKernel { Simt, Mma };  // CUDA cores (fp32 Q and P) or tensor cores (bf16 Q and P)
+
+struct CudaModelOptions {
+  AttentionKernel attention = AttentionKernel::Simt;
+  bool deterministic = true;   // batch/chunk-invariant (pinned GEMM algorithms); false: cuBLAS heuristics
+  bool cuda_graph = true;      // decode steps replay a graph captured per batch-size bucket (TP 1)
+  int32_t tp = 1;              // GPUs 0..tp-1, one rank each, NCCL all-reduce
+  bool nccl_at_tp1 = false;    // route TP 1 through NCCL too (tests: must match the plain path bit for bit)
+  int32_t gemm_pin_tokens = 256;   // deterministic mode: the step size whose best algorithm is used for all
+  int32_t max_step_tokens = 8192;  // activation buffers are sized once for this (graphs keep pointers)
+  int32_t max_step_seqs = 256;
+};
+
+struct CudaModelStats {
+  int64_t eager_steps = 0, graph_captures = 0, graph_replays = 0;
+};
+
+class CudaModel {
+ public:
+  // host_weights: uploaded as bf16 (checkpoints, and tests that compare with the CPU model);
+  // nullptr: dummy weights generated on the device from `seed`.
+  CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, uint64_t seed, int32_t num_blocks,
+            int32_t block_size, const CudaModelOptions& opt);
+  ~CudaModel();
+  CudaModel(const CudaModel&) = delete;
+  CudaModel& operator=(const CudaModel&) = delete;
+
+  // Runs one step and waits for it. Appends one argmax id per sampling sequence to `sampled`;
+  // if `logits` is given, also those sequences' logits rows ([n_samples][V]).
+  void forward(const StepPlan& plan, std::span<const Token> tokens, std::vector<Token>& sampled,
+               std::vector<float>* logits = nullptr);
+  // Benchmarks: random K/V in every block, so decode can be timed over a long context
+  // without prefilling it first (never on zeros, which run faster than real data).
+  void randomize_kv_cache(uint64_t seed);
+  const ModelSpec& spec() const;
+  CudaModelStats stats() const;
+  // Devices and the pinned GEMM algorithm of each weight shape, for logs and reports.
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::cuda

@@ -1,0 +1,146 @@
+#include "backend/cuda/gemm.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+namespace tandem::cuda {
+
+namespace {
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+template <class V>
+V algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  V v{};
+  size_t written = 0;
+  TANDEM_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof v, &written));
+  return v;
+}
+}  // namespace
+
+Gemm::Gemm(bool deterministic, int32_t pin_tokens)
+    : deterministic_(deterministic), pin_tokens_(pin_tokens), workspace_(kWorkspaceBytes) {
+  TANDEM_CUBLAS_CHECK(cublasLtCreate(&lt_));
+  TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // Row-major Y = X W^T is column-major Y^T = W X^T with W read transposed: A = W (op T), B = X.
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+}
+
+Gemm::~Gemm() {
+  for (auto& [key, l] : layouts_) (void)cublasLtMatrixLayoutDestroy(l);
+  if (op_) (void)cublasLtMatmulDescDestroy(op_);
+  if (lt_) (void)cublasLtDestroy(lt_);
+}
+
+cublasLtMatrixLayout_t Gemm::layout(cudaDataType_t type, int64_t rows, int64_t cols) {
+  auto [it, fresh] = layouts_.try_emplace({int(type), rows, cols}, nullptr);
+  if (fresh) TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&it->second, type, uint64_t(rows), uint64_t(cols), rows));
+  return it->second;
+}
+
+std::vector<cublasLtMatmulAlgo_t> Gemm::candidates(const Shape& sh, int64_t T, bool no_reduction) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspaceBytes;
+  TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  if (no_reduction) {
+    const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+    TANDEM_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &none, sizeof none));
+  }
+  std::vector<cublasLtMatmulHeuristicResult_t> results(32);
+  int count = 0;
+  const cudaDataType_t out_type = sh.bf16_out ? CUDA_R_16BF : CUDA_R_32F;
+  const auto A = layout(CUDA_R_16BF, sh.K, sh.N), B = layout(CUDA_R_16BF, sh.K, T), D = layout(out_type, sh.N, T);
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_, op_, A, B, D, D, pref, int(results.size()), results.data(), &count);
+  (void)cublasLtMatmulPreferenceDestroy(pref);
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) return algos;  // no candidate under these preferences
+  TANDEM_CUBLAS_CHECK(st);
+  for (int i = 0; i < count; ++i)
+    if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS) algos.push_back(results[size_t(i)].algo);
+  return algos;
+}
+
+// A pinned algorithm must run every step size with one K order: no split-K, no reduction,
+// and valid at 1, 7 and 65536 tokens (the heuristic answered for pin_tokens only).
+bool Gemm::usable_everywhere(const Shape& sh, cublasLtMatmulAlgo_t& algo) {
+  if (algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1 ||
+      algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) != CUBLASLT_REDUCTION_SCHEME_NONE) {
+    // Try the same kernel without the split: set K splits to 1 and no reduction.
+    const int32_t one = 1;
+    const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+    if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none) !=
+            CUBLAS_STATUS_SUCCESS)
+      return false;
+  }
+  const cudaDataType_t out_type = sh.bf16_out ? CUDA_R_16BF : CUDA_R_32F;
+  const auto A = layout(CUDA_R_16BF, sh.K, sh.N);
+  for (const int64_t t : {int64_t(1), int64_t(7), int64_t(65536)}) {
+    cublasLtMatmulHeuristicResult_t check{};
+    const auto B = layout(CUDA_R_16BF, sh.K, t), D = layout(out_type, sh.N, t);
+    if (cublasLtMatmulAlgoCheck(lt_, op_, A, B, D, D, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
+        check.workspaceSize > kWorkspaceBytes)
+      return false;
+  }
+  return true;
+}
+
+const cublasLtMatmulAlgo_t& Gemm::algo_for(const Shape& sh, int64_t T) {
+  if (!deterministic_) {
+    const auto found = per_tokens_.find({sh, T});
+    if (found != per_tokens_.end()) return found->second;
+    const auto algos = candidates(sh, T, false);
+    if (algos.empty())
+      throw std::runtime_error(fmt::format("cuBLASLt offers no algorithm for a {}x{} weight at {} tokens", sh.N, sh.K, T));
+    return per_tokens_[{sh, T}] = algos.front();
+  }
+  const auto found = pinned_.find(sh);
+  if (found != pinned_.end()) return found->second;
+  // The heuristic's order among the algorithms without a reduction; failing those, its
+  // general candidates with the split taken out.
+  for (const bool no_reduction : {true, false})
+    for (cublasLtMatmulAlgo_t algo : candidates(sh, pin_tokens_, no_reduction))
+      if (usable_everywhere(sh, algo)) return pinned_[sh] = algo;
+  throw std::runtime_error(fmt::format("cuBLASLt offers no algorithm without split-K for a {}x{} weight: deterministic "
+                                       "mode cannot run (engine.deterministic: false runs the fast mode)",
+                                       sh.N, sh.K));
+}
+
+void Gemm::matmul(const void* X, int64_t T, const void* W, const Shape& sh, void* Y, cudaStream_t s) {
+  if (T == 0) return;
+  const cublasLtMatmulAlgo_t& algo = algo_for(sh, T);
+  const auto A = layout(CUDA_R_16BF, sh.K, sh.N), B = layout(CUDA_R_16BF, sh.K, T),
+             D = layout(sh.bf16_out ? CUDA_R_16BF : CUDA_R_32F, sh.N, T);
+  const float one = 1.0f, zero = 0.0f;
+  TANDEM_CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &one, W, A, X, B, &zero, Y, D, Y, D, &algo, workspace_.get(),
+                                     kWorkspaceBytes, s));
+}
+
+void Gemm::run(const __nv_bfloat16* X, int64_t T, int64_t K, const __nv_bfloat16* W, int64_t N, float* Y,
+               cudaStream_t s) {
+  matmul(X, T, W, Shape{N, K, false}, Y, s);
+}
+
+void Gemm::run_bf16_out(const __nv_bfloat16* X, int64_t T, int64_t K, const __nv_bfloat16* W, int64_t N,
+                        __nv_bfloat16* Y, cudaStream_t s) {
+  matmul(X, T, W, Shape{N, K, true}, Y, s);
+}
+
+std::string Gemm::describe(int64_t N, int64_t K, bool bf16_out) {
+  const cublasLtMatmulAlgo_t& algo = algo_for(Shape{N, K, bf16_out}, pin_tokens_);
+  return fmt::format("algo {} tile {} stages {} splitK {} swizzle {} cluster {}",
+                     algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
+                     algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                     algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                     algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                     algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                     algo_config<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,63 @@
+// The backend's GEMMs through cuBLASLt: Y[T][N] (fp32) = X[T][K] (bf16) * W[N][K]^T (bf16),
+// fp32 accumulation.
+//
+// Deterministic mode (the default) makes a row of Y independent of T: cuBLAS picks other
+// kernels, tiles and split-K factors as T changes, and each changes the order in which an
+// element's K products are summed. So for every weight shape (N, K) one algorithm is chosen
+// once, at T = pin_tokens, among those without split-K and without a reduction scheme, and
+// used for every T. Fast mode asks the heuristic for each T (split-K allowed) and is not
+// batch-invariant.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/check.h"
+
+namespace tandem::cuda {
+
+class Gemm {
+ public:
+  // Uses the current device.
+  Gemm(bool deterministic, int32_t pin_tokens);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  void run(const __nv_bfloat16* X, int64_t T, int64_t K, const __nv_bfloat16* W, int64_t N, float* Y, cudaStream_t s);
+  // The same with a bf16 output (for the benchmark of the bf16 GEMM rate).
+  void run_bf16_out(const __nv_bfloat16* X, int64_t T, int64_t K, const __nv_bfloat16* W, int64_t N, __nv_bfloat16* Y,
+                    cudaStream_t s);
+  // What the pinned algorithm of a shape is, for logs: "algo 21 tile 20 stages 8 splitK 1".
+  std::string describe(int64_t N, int64_t K, bool bf16_out = false);
+  bool deterministic() const { return deterministic_; }
+
+ private:
+  struct Shape {
+    int64_t N, K;
+    bool bf16_out;
+    auto operator<=>(const Shape&) const = default;
+  };
+  cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols);
+  const cublasLtMatmulAlgo_t& algo_for(const Shape& shape, int64_t T);
+  std::vector<cublasLtMatmulAlgo_t> candidates(const Shape& shape, int64_t T, bool no_reduction);
+  bool usable_everywhere(const Shape& shape, cublasLtMatmulAlgo_t& algo);
+  void matmul(const void* X, int64_t T, const void* W, const Shape& shape, void* Y, cudaStream_t s);
+
+  bool deterministic_;
+  int32_t pin_tokens_;
+  cublasLtHandle_t lt_ = nullptr;
+  cublasLtMatmulDesc_t op_ = nullptr;
+  DeviceBuffer<char> workspace_;
+  std::map<std::tuple<int, int64_t, int64_t>, cublasLtMatrixLayout_t> layouts_;
+  std::map<Shape, cublasLtMatmulAlgo_t> pinned_;                          // deterministic
+  std::map<std::tuple<Shape, int64_t>, cublasLtMatmulAlgo_t> per_tokens_;  // fast
+};
+
+}  // namespace tandem::cuda

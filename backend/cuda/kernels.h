@@ -1,0 +1,85 @@
+// The CUDA backend's own kernels (the GEMMs go through cuBLASLt, see gemm.h). Each has a
+// CPU twin in backend/cpu that the cuda test suite compares it against. All launch on the
+// given stream and check the launch; none synchronises, so a step can be captured in a
+// CUDA Graph.
+//
+// Batch invariance: every kernel computes an output row from that row's inputs alone, with
+// a reduction order fixed by the row's length (and, for attention, by the query's absolute
+// position), never by how many rows the launch has. So a token's result does not depend on
+// what else is in its step.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// x[t][:] = float(embed[tokens[t]][:]).
+void embed_gather(const int32_t* tokens, const bf16* embed, int64_t T, int64_t h, float* x, cudaStream_t s);
+
+// Per row: if residual != nullptr, x += residual (x is updated in place); then
+// out = bf16(x / sqrt(mean(x^2) + eps) * w). Sum of squares in a fixed order per row.
+void add_rmsnorm(float* x, const float* residual, const float* w, int64_t T, int64_t h, float eps, bf16* out,
+                 cudaStream_t s);
+
+// RoPE (rotate-half, as Hugging Face Llama) in place on the q and k heads of each token's qkv
+// row ([heads q | kv_heads k | kv_heads v] x head_dim, fp32), with cos/sin tables
+// [max_len][head_dim/2]; then k and v go to the paged cache (bf16, [block*bs + slot][kv_heads]
+// [head_dim] of this layer) at slots[t]. A negative slot (padding) writes nothing.
+void rope_store_kv(float* qkv, const int32_t* positions, const int32_t* slots, const float* cos, const float* sin,
+                   int64_t T, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* k_cache, bf16* v_cache,
+                   cudaStream_t s);
+
+// One attention work item: up to attention_tile_tokens(group) (attention_mma_tile_tokens for
+// the tensor-core kernel) consecutive query tokens of one sequence. n == 0 marks padding (graph replays with fewer sequences than captured).
+struct AttentionTile {
+  int32_t seq;     // row of the block table
+  int32_t token0;  // index of the first query token in the step
+  int32_t n;       // query tokens in this tile
+  int32_t pos0;    // absolute position of the first query token
+};
+
+// Query tokens per tile for a GQA group size (16 query rows per thread block).
+int32_t attention_tile_tokens(int32_t group);
+// Whether the attention kernel supports this head size (32, 64 and 128).
+bool attention_supports_head_dim(int32_t head_dim);
+
+// Causal attention of the step's query tokens over the paged cache (which already holds this
+// step's keys and values). q: the qkv rows (fp32, stride qkv_stride); block_tables:
+// [sequences][table_width] block ids. Every cache slot up to a tile's last query position must
+// hold finite values (masked keys are multiplied by zero, and 0 * NaN is NaN): the model
+// stores the step's keys before attention. Output bf16 [T][heads * head_dim]. Keys are visited in
+// tiles of 64 from position 0 with an online softmax; a query's arithmetic depends only on
+// its own position and the cached keys, so prefill, chunked prefill and decode agree bit for bit.
+void paged_attention(const float* qkv, int64_t qkv_stride, const bf16* k_cache, const bf16* v_cache,
+                     const int32_t* block_tables, int32_t table_width, int32_t block_size, const AttentionTile* tiles,
+                     int32_t n_tiles, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* out, cudaStream_t s);
+
+// The same attention on the tensor cores (attention_mma.cu): bf16 Q and P, fp32 scores and
+// accumulation, 64 query rows per block. Also batch- and chunk-invariant, but a different
+// function from paged_attention (Q and P rounded to bf16): one run uses one of them.
+int32_t attention_mma_tile_tokens(int32_t group);
+void paged_attention_mma(const float* qkv, int64_t qkv_stride, const bf16* k_cache, const bf16* v_cache,
+                         const int32_t* block_tables, int32_t table_width, int32_t block_size, const AttentionTile* tiles,
+                         int32_t n_tiles, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* out, cudaStream_t s);
+
+// act[t][i] = bf16(silu(gu[t][i]) * gu[t][ffn + i]).
+void swiglu(const float* gu, int64_t T, int64_t ffn, bf16* act, cudaStream_t s);
+
+// out[i][:] = in[rows[i]][:]
+void gather_rows(const bf16* in, const int32_t* rows, int64_t n, int64_t h, bf16* out, cudaStream_t s);
+
+// out[r] = index of the first maximum of logits[r][0..V). NaNs are never the maximum.
+void argmax_rows(const float* logits, int64_t n, int64_t V, int32_t* out, cudaStream_t s);
+
+// Dummy weights generated on the device from (seed, tensor id, index in the full tensor):
+// uniform in [-scale, scale] (the bf16 rounding can reach bf16(scale)). Any model size starts in seconds. `w` receives the
+// rows x cols slice at (row0, col0) of a tensor with full_cols columns, so a tensor-parallel
+// rank's shard holds exactly the values of the unsharded tensor.
+void fill_uniform(bf16* w, int64_t rows, int64_t cols, int64_t full_cols, int64_t row0, int64_t col0, uint64_t seed,
+                  uint64_t tensor_id, float scale, cudaStream_t s);
+
+}  // namespace tandem::cuda

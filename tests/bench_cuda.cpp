@@ -1,0 +1,222 @@
+// GPU benchmarks of the CUDA backend (exit 77 without a GPU), on a Llama-3-8B-shaped model
+// with dummy bf16 weights:
+//   - the two ceilings, measured in the same run: device-to-device copy bandwidth (bytes read
+//     plus written) and the bf16 GEMM rate (cuBLASLt's own choice at 8192^3);
+//   - decode step time at batch 1..256 over a 1k context, prefill at 512, 2k and 8k tokens,
+//     each against its roofline, in deterministic mode (the numerics contract; GEMM algorithms
+//     pinned at 256 and at 64 tokens; attention on CUDA cores and on tensor cores) and fast mode.
+// Times are wall-clock per step as the engine sees them (metadata copy, kernels or graph
+// replay, sampled tokens back), medians of repeated steps.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/cuda_model.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+#include "sim/rng.h"
+
+using namespace tandem;
+using json = nlohmann::json;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median milliseconds of `reps` runs of f on `stream`, timed with events, after warm-up.
+template <class F>
+double time_events(cudaStream_t s, int warmup, int reps, F&& f) {
+  cudaEvent_t a, b;
+  TANDEM_CUDA_CHECK(cudaEventCreate(&a));
+  TANDEM_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) f(i);
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    TANDEM_CUDA_CHECK(cudaEventRecord(a, s));
+    f(i);
+    TANDEM_CUDA_CHECK(cudaEventRecord(b, s));
+    TANDEM_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    TANDEM_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  (void)cudaEventDestroy(a);
+  (void)cudaEventDestroy(b);
+  return median(ms);
+}
+
+struct Ceilings {
+  double copy_bytes_per_s = 0, gemm_flops_per_s = 0, gemm_pinned_flops_per_s = 0;
+};
+
+Ceilings measure_ceilings(cudaStream_t s) {
+  Ceilings c;
+  {
+    const size_t n = size_t(1) << 30;  // 1 Gi bf16 = 2 GiB each way, far past the L2
+    cuda::DeviceBuffer<cuda::bf16> src(n), dst(n);
+    cuda::fill_uniform(src.get(), 1, int64_t(n), int64_t(n), 0, 0, 1, 1, 1.0f, s);
+    const double ms = time_events(s, 3, 10, [&](int) {
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), n * 2, cudaMemcpyDeviceToDevice, s));
+    });
+    c.copy_bytes_per_s = 2.0 * double(n) * 2.0 / (ms * 1e-3);
+  }
+  {
+    const int64_t M = 8192;
+    cuda::DeviceBuffer<cuda::bf16> x(size_t(M * M)), y(size_t(M * M));
+    std::vector<cuda::DeviceBuffer<cuda::bf16>> w;  // three weights in rotation: no cache reuse between runs
+    for (int i = 0; i < 3; ++i) {
+      w.emplace_back(size_t(M * M));
+      cuda::fill_uniform(w.back().get(), M, M, M, 0, 0, 2, uint64_t(i), 0.05f, s);
+    }
+    cuda::fill_uniform(x.get(), M, M, M, 0, 0, 3, 0, 1.0f, s);
+    for (const bool pinned : {false, true}) {
+      cuda::Gemm g(pinned, 256);
+      const double ms = time_events(s, 3, 10, [&](int i) { g.run_bf16_out(x.get(), M, M, w[size_t(i % 3)].get(), M, y.get(), s); });
+      (pinned ? c.gemm_pinned_flops_per_s : c.gemm_flops_per_s) = 2.0 * double(M) * M * M / (ms * 1e-3);
+    }
+  }
+  return c;
+}
+
+struct StepTimer {
+  cuda::CudaModel& model;
+  int32_t blocks_per_seq;
+  Rng rng{7};
+
+  // Median wall-clock ms of a step with `seqs` sequences of n tokens after `context` cached ones.
+  double time(int32_t seqs, int32_t n, int32_t context, int warmup, int reps) {
+    const ModelSpec& m = model.spec();
+    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(seqs));
+    StepPlan plan;
+    for (int32_t s = 0; s < seqs; ++s) {
+      for (int32_t b = 0; b < blocks_per_seq; ++b) tables[size_t(s)].push_back(s * blocks_per_seq + b);
+      plan.seqs.push_back({s, n, context, true, tables[size_t(s)]});
+      plan.n_tokens += n;
+      plan.n_samples += 1;
+      for (int32_t i = 0; i < n; ++i) plan.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
+    }
+    std::vector<double> ms;
+    std::vector<Token> sampled;
+    for (int i = 0; i < warmup + reps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      model.forward(plan, plan.tokens, sampled);
+      const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= warmup) ms.push_back(t);
+      sampled.clear();
+    }
+    return median(ms);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (a == "--quick") quick = true;
+    else {
+      std::fprintf(stderr, "usage: bench_cuda [--json PATH] [--quick]\n");
+      return 2;
+    }
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach the log even if a time limit stops the run
+  if (cuda::device_count() == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  try {
+    TANDEM_CUDA_CHECK(cudaSetDevice(0));
+    cudaStream_t s;
+    TANDEM_CUDA_CHECK(cudaStreamCreate(&s));
+    const Ceilings c = measure_ceilings(s);
+    json out;
+    out["device"] = cuda::device_description(0);
+    out["copy_tb_per_s"] = c.copy_bytes_per_s / 1e12;
+    out["gemm_bf16_tflops"] = c.gemm_flops_per_s / 1e12;
+    out["gemm_bf16_pinned_tflops"] = c.gemm_pinned_flops_per_s / 1e12;
+    if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+    std::printf("%s\ncopy %.2f TB/s (read + write), bf16 GEMM 8192^3 %.0f TFLOP/s (cuBLASLt heuristic), %.0f TFLOP/s "
+                "(pinned, no split-K)\n",
+                out["device"].get<std::string>().c_str(), c.copy_bytes_per_s / 1e12, c.gemm_flops_per_s / 1e12,
+                c.gemm_pinned_flops_per_s / 1e12);
+
+    ModelSpec m = *model_preset("llama3-8b");
+    if (quick) m.layers = 4;
+    const int32_t context = 1024, bs = 16, blocks_per_seq = (context + 1 + bs - 1) / bs;
+    const std::vector<int32_t> batches = quick ? std::vector<int32_t>{1, 64} : std::vector<int32_t>{1, 8, 32, 64, 128, 256};
+    const std::vector<int32_t> prefills = quick ? std::vector<int32_t>{512} : std::vector<int32_t>{512, 2048, 8192};
+    const int32_t max_batch = batches.back();
+    const double linear = m.linear_params(), head = double(m.hidden) * m.vocab;
+    const double kv_token = 2.0 * m.layers * m.kv_heads * m.head_dim() * 2.0;  // bf16 K and V, all layers
+    const double attn_flops_per_pair = 4.0 * m.head_dim() * m.heads * m.layers;  // QK and PV, per (query, key)
+    // Deterministic mode pins one GEMM algorithm per shape, chosen for a step of pin_tokens
+    // tokens: a small pin favours decode (more thread blocks per skinny GEMM), a large one
+    // prefill. Both are measured, and fast mode (no pinning) beside them.
+    // The attention kernel is the other choice: CUDA cores (simt) or tensor cores (mma).
+    struct Mode {
+      const char* name;
+      bool deterministic;
+      int32_t pin_tokens;
+      cuda::AttentionKernel attention;
+    };
+    const auto simt = cuda::AttentionKernel::Simt, mma = cuda::AttentionKernel::Mma;
+    for (const Mode& md : {Mode{"deterministic", true, 256, simt}, Mode{"deterministic_mma", true, 256, mma},
+                           Mode{"deterministic_pin64", true, 64, simt}, Mode{"fast", false, 256, simt}}) {
+      const char* mode = md.name;
+      const bool deterministic = md.deterministic;
+      cuda::CudaModelOptions o;
+      o.attention = md.attention;
+      o.deterministic = deterministic;
+      o.gemm_pin_tokens = md.pin_tokens;
+      o.max_step_tokens = prefills.back();
+      o.max_step_seqs = max_batch;
+      cuda::CudaModel model(m, nullptr, 1, max_batch * blocks_per_seq, bs, o);
+      model.randomize_kv_cache(5);
+      if (md.pin_tokens != 256 || md.attention == mma) std::printf("\n");
+      else std::printf("%s", model.describe().c_str());
+      out[mode]["pin_tokens"] = deterministic ? md.pin_tokens : 0;
+      StepTimer timer{model, blocks_per_seq};
+      std::printf("\n[%s] decode, context %d             ms   roofline ms   %% of roofline\n", mode, context);
+      for (const int32_t b : batches) {
+        const double ms = timer.time(b, 1, context, 3, 20);
+        const double bytes = (linear + head) * 2.0 + b * double(context + 1) * kv_token;
+        const double flops = 2.0 * (linear + head) * b + attn_flops_per_pair * b * (context + 1);
+        const double roof = std::max(bytes / c.copy_bytes_per_s, flops / c.gemm_flops_per_s) * 1e3;
+        std::printf("  batch %-4d %22.3f %13.3f %14.1f\n", b, ms, roof, 100.0 * roof / ms);
+        out[mode]["decode"].push_back({{"batch", b}, {"context", context}, {"ms", ms}, {"roofline_ms", roof},
+                                       {"bytes", bytes}, {"flops", flops}});
+      }
+      std::printf("[%s] prefill                      ms   TFLOP/s   %% of GEMM rate\n", mode);
+      for (const int32_t t : prefills) {
+        const double ms = timer.time(1, t, 0, 1, 3);
+        const double flops = 2.0 * linear * t + 2.0 * head + attn_flops_per_pair * double(t) * (t + 1) / 2.0;
+        const double rate = flops / (ms * 1e-3);
+        std::printf("  %5d tokens %20.3f %9.0f %14.1f\n", t, ms, rate / 1e12, 100.0 * rate / c.gemm_flops_per_s);
+        out[mode]["prefill"].push_back({{"tokens", t}, {"ms", ms}, {"flops", flops}, {"tflops", rate / 1e12}});
+      }
+      const cuda::CudaModelStats st = model.stats();
+      out[mode]["graph_replays"] = st.graph_replays;
+      if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";  // after each mode: a timeout keeps the rest
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda: %s\n", e.what());
+    return 1;
+  }
+}
