@@ -207,10 +207,15 @@ std::vector<CalibrationPoint> grid_points(const ModelSpec& m, int reps_in, bool 
 
 // Every step of a real run of `workload` on the CPU backend, in real time: the steps as the
 // engine makes them, with its gaps between steps and its mix of shapes.
-std::vector<CalibrationPoint> live_points(const std::string& workload, ModelSpec& m) {
+std::vector<CalibrationPoint> live_points(const std::string& workload, const ExecutorFactory* factory, ModelSpec& m,
+                                          double& memory_gb) {
   Workload w = load_workload(workload);
-  auto exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.deterministic, w.engine.tp);
+  std::unique_ptr<executor_i> exec =
+      factory ? (*factory)(w)
+              : cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
+                                       w.engine.deterministic, w.engine.tp);
   m = w.model;
+  memory_gb = w.hardware.memory_bytes / 1e9;
   WallClock clock;
   Engine e(w, generate_requests(w), *exec, clock);
   struct Collect : RunObserver {
@@ -242,10 +247,10 @@ std::vector<CalibrationPoint> live_points(const std::string& workload, ModelSpec
 }
 }  // namespace
 
-int calibrate_command(const std::vector<std::string>& args) {
+int calibrate_command(const std::vector<std::string>& args, const std::map<std::string, ExecutorFactory>& backends) {
   namespace po = boost::program_options;
   po::options_description opts("tandem calibrate");
-  opts.add_options()("backend", po::value<std::string>()->default_value("cpu"), "cpu")(
+  opts.add_options()("backend", po::value<std::string>()->default_value("cpu"), "cpu, or cuda in a CUDA build")(
       "model", po::value<std::string>()->default_value("tiny"), "model preset (grid mode)")(
       "workload", po::value<std::vector<std::string>>()->composing(),
       "fit on every step of real runs of these workloads (repeatable) instead of a grid")(
@@ -256,8 +261,15 @@ int calibrate_command(const std::vector<std::string>& args) {
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
   po::notify(vm);
-  if (vm["backend"].as<std::string>() != "cpu")
-    throw InputError(fmt::format("calibrate --backend {}: only cpu is available in this build", vm["backend"].as<std::string>()));
+  const std::string backend = vm["backend"].as<std::string>();
+  const auto factory = backends.find(backend);
+  if (backend != "cpu" && factory == backends.end()) {
+    std::string known = "cpu";
+    for (const auto& [name, f] : backends) known += ", " + name;
+    throw InputError(fmt::format("calibrate --backend {}: not available in this build (known: {})", backend, known));
+  }
+  if (backend != "cpu" && !vm.count("workload"))
+    throw InputError(fmt::format("calibrate --backend {}: give --workload (grid mode is CPU-only)", backend));
   if (!vm.count("out")) throw InputError("calibrate: --out PROFILE.yaml is required");
   if (vm.count("workload") && !vm["model"].defaulted())
     throw InputError("calibrate: give --workload (fit on its steps) or --model (fit on a grid), not both");
@@ -269,12 +281,14 @@ int calibrate_command(const std::vector<std::string>& args) {
   ModelSpec m;
   std::vector<CalibrationPoint> points;
   std::string source;
+  // The profile's memory: this machine's RAM for the CPU, the workload's hardware otherwise.
+  double memory_gb = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9;
   if (vm.count("workload")) {
     // Several workloads, e.g. the same traffic under each policy, cover more step shapes.
     std::string names;
     for (const std::string& wl : vm["workload"].as<std::vector<std::string>>()) {
       ModelSpec mw;
-      auto pts = live_points(wl, mw);
+      auto pts = live_points(wl, backend == "cpu" ? nullptr : &factory->second, mw, memory_gb);
       if (!names.empty() && mw.name != m.name)
         throw InputError(fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, mw.name, m.name));
       m = mw;
@@ -290,9 +304,9 @@ int calibrate_command(const std::vector<std::string>& args) {
     source = fmt::format("a grid of batch shapes, median of {} reps", vm["reps"].as<int>());
   }
   FittedCoefficients c = fit_cost_model(points);
-  c.backend = "cpu";
+  c.backend = backend;
   c.model = m.name;
-  c.threads = cpu::threads();
+  c.threads = backend == "cpu" ? cpu::threads() : 0;
   std::vector<double> err;
   const bool print_all = points.size() <= 200;
   if (print_all)
@@ -306,20 +320,19 @@ int calibrate_command(const std::vector<std::string>& args) {
   }
   std::vector<double> sorted = err;
   std::sort(sorted.begin(), sorted.end());
-  const double ram_gb = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9;
   std::ofstream out(vm["out"].as<std::string>());
   if (!out) throw InputError(fmt::format("calibrate: cannot write {}", vm["out"].as<std::string>()));
   fmt::print(out,
-             "# tandem calibrate --backend cpu, model {}: step time fitted to {} measured steps\n"
+             "# tandem calibrate --backend {}, model {}: step time fitted to {} measured steps\n"
              "# ({}); relative error median {:.1f}%, p90 {:.1f}%.\n"
-             "name: cpu-{}-fitted\n"
+             "name: {}-{}-fitted\n"
              "memory_gb: {:.1f}\n"
              "fitted:\n"
-             "  backend: cpu\n  model: {}\n  threads: {}\n"
+             "  backend: {}\n  model: {}\n  threads: {}\n"
              "  overhead_us: {}\n  per_token_us: {}\n  per_seq_us: {}\n  per_attn_pair_ns: {}\n"
              "  per_context_token_ns: {}\n  per_sample_us: {}\n  idle_factor: {}\n",
-             m.name, points.size(), source, 100 * sorted[sorted.size() / 2], 100 * sorted[sorted.size() * 9 / 10], m.name,
-             ram_gb, m.name,
+             backend, m.name, points.size(), source, 100 * sorted[sorted.size() / 2], 100 * sorted[sorted.size() * 9 / 10],
+             backend, m.name, memory_gb, backend, m.name,
              c.threads, c.overhead_s * 1e6, c.per_token_s * 1e6, c.per_seq_s * 1e6, c.per_attn_pair_s * 1e9,
              c.per_context_token_s * 1e9, c.per_sample_s * 1e6, c.idle_factor);
   fmt::print("idle factor (steps after the backend sat idle / back-to-back fit): {:.3f}\n", c.idle_factor);

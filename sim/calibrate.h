@@ -2,10 +2,15 @@
 // and fit the linear cost model (least squares with Eigen) that `hardware: PROFILE.yaml`
 // then uses in simulated time.
 #pragma once
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/cost_model.h"
+#include "backend/executor.h"
+#include "sim/config.h"
 
 namespace tandem {
 
@@ -22,6 +27,10 @@ struct CalibrationPoint {
 FittedCoefficients fit_cost_model(const std::vector<CalibrationPoint>& points);
 double predict_seconds(const FittedCoefficients& c, const PlanFeatures& f, bool after_idle);
 
-int calibrate_command(const std::vector<std::string>& args);
+// Backends other than the CPU one, by name, as the CLI builds them for a workload (the CUDA
+// backend lives outside the core library). Live mode (--workload) runs on any of them; grid
+// mode (--model) is CPU-only.
+using ExecutorFactory = std::function<std::unique_ptr<executor_i>(Workload&)>;
+int calibrate_command(const std::vector<std::string>& args, const std::map<std::string, ExecutorFactory>& backends = {});
 
 }  // namespace tandem

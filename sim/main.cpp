@@ -32,6 +32,7 @@ constexpr const char* kUsage =
     "  tandem validate WORKLOAD.yaml [--set KEY=VALUE ...]\n"
     "  tandem compare RUN_DIR_A RUN_DIR_B\n"
     "  tandem calibrate --backend cpu --model PRESET --out PROFILE.yaml [--threads N] [--quick]\n"
+    "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml\n"
     "  tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [--max-tokens N] [--logits-out FILE]\n";
 
 std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
@@ -125,7 +126,13 @@ int main(int argc, char** argv) {
       return compare_runs(rest[0], rest[1], std::cout);
     }
     if (cmd == "generate") return generate_command(rest);
-    if (cmd == "calibrate") return calibrate_command(rest);
+    if (cmd == "calibrate") {
+      std::map<std::string, ExecutorFactory> backends;
+#ifdef TANDEM_HAVE_CUDA
+      backends["cuda"] = [](Workload& w) { return cuda::make_cuda_executor(w.model, w.seed, w.engine); };
+#endif
+      return calibrate_command(rest, backends);
+    }
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       std::cout << kUsage;
       return 0;

@@ -46,6 +46,10 @@ if [ "$cuda_build" = nocuda ]; then
 elif ! nvidia-smi -L >/dev/null 2>&1; then
   expect 1 "--backend cuda: no usable CUDA device" -- run "$src/workloads/cpu_tiny.yaml" --backend cuda
 fi
+expect 2 "calibrate --backend tpu: not available in this build \\(known: cpu" -- calibrate --backend tpu --workload "$src/workloads/cpu_tiny.yaml" --out "$tmp/p.yaml"
+if [ "$cuda_build" = cuda ]; then
+  expect 2 "calibrate --backend cuda: give --workload \\(grid mode is CPU-only\\)" -- calibrate --backend cuda --out "$tmp/p.yaml"
+fi
 expect 2 "field 'engine.cuda_attention': unknown attention kernel 'flash' \\(known: simt, mma\\)" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_attention=flash
 expect 2 "field 'engine.cuda_graph': expected true or false" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_graph=sometimes
 expect 2 "--clock wall needs a real backend" -- run "$src/workloads/quickstart.yaml" --clock wall
