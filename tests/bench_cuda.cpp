@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -93,12 +94,15 @@ Ceilings measure_ceilings(cudaStream_t s) {
 
 struct StepTimer {
   cuda::CudaModel& model;
-  int32_t blocks_per_seq;
+  int32_t num_blocks, block_size;
   Rng rng{7};
 
   // Median wall-clock ms of a step with `seqs` sequences of n tokens after `context` cached ones.
   double time(int32_t seqs, int32_t n, int32_t context, int warmup, int reps) {
     const ModelSpec& m = model.spec();
+    const int32_t blocks_per_seq = (context + n + block_size - 1) / block_size;
+    if (int64_t(seqs) * blocks_per_seq > num_blocks)
+      throw std::logic_error(fmt::format("bench: {} x {} blocks do not fit in {}", seqs, blocks_per_seq, num_blocks));
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(seqs));
     StepPlan plan;
     for (int32_t s = 0; s < seqs; ++s) {
@@ -158,7 +162,7 @@ int main(int argc, char** argv) {
 
     ModelSpec m = *model_preset("llama3-8b");
     if (quick) m.layers = 4;
-    const int32_t context = 1024, bs = 16, blocks_per_seq = (context + 1 + bs - 1) / bs;
+    const int32_t context = 1024, bs = 16;
     const std::vector<int32_t> batches = quick ? std::vector<int32_t>{1, 64} : std::vector<int32_t>{1, 8, 32, 64, 128, 256};
     const std::vector<int32_t> prefills = quick ? std::vector<int32_t>{512} : std::vector<int32_t>{512, 2048, 8192};
     const int32_t max_batch = batches.back();
@@ -186,12 +190,13 @@ int main(int argc, char** argv) {
       o.gemm_pin_tokens = md.pin_tokens;
       o.max_step_tokens = prefills.back();
       o.max_step_seqs = max_batch;
-      cuda::CudaModel model(m, nullptr, 1, max_batch * blocks_per_seq, bs, o);
+      const int32_t blocks = std::max(max_batch * ((context + 1 + bs - 1) / bs), (prefills.back() + bs - 1) / bs);
+      cuda::CudaModel model(m, nullptr, 1, blocks, bs, o);
       model.randomize_kv_cache(5);
       if (md.pin_tokens != 256 || md.attention == mma) std::printf("\n");
       else std::printf("%s", model.describe().c_str());
       out[mode]["pin_tokens"] = deterministic ? md.pin_tokens : 0;
-      StepTimer timer{model, blocks_per_seq};
+      StepTimer timer{model, blocks, bs};
       std::printf("\n[%s] decode, context %d             ms   roofline ms   %% of roofline\n", mode, context);
       for (const int32_t b : batches) {
         const double ms = timer.time(b, 1, context, 3, 20);

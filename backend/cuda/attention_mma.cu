@@ -168,19 +168,14 @@ void launch_mma(dim3 grid, cudaStream_t s, const float* qkv, int64_t qkv_stride,
                 const bf16* v_cache, const int32_t* block_tables, int32_t table_width, int32_t block_size,
                 const AttentionTile* tiles, int32_t heads, int32_t kv_heads, int32_t group, float scale, bf16* out) {
   constexpr size_t bytes = MmaLayout<HD>::kBytes;
-  static bool configured = false;  // per process: the attribute is per function and device
-  if (!configured) {
-    int device = 0;
-    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
-    int device_count = 0;
-    TANDEM_CUDA_CHECK(cudaGetDeviceCount(&device_count));
-    for (int d = 0; d < device_count; ++d) {
-      TANDEM_CUDA_CHECK(cudaSetDevice(d));
-      TANDEM_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             int(bytes)));
-    }
-    TANDEM_CUDA_CHECK(cudaSetDevice(device));
-    configured = true;
+  // The opt-in to more than 48 KB of shared memory is per function and device: once each.
+  static bool configured[64] = {};
+  int device = 0;
+  TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= 64 || !configured[device]) {
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(bytes)));
+    if (device < 64) configured[device] = true;
   }
   paged_attention_mma_kernel<HD><<<grid, kThreads, bytes, s>>>(qkv, qkv_stride, k_cache, v_cache, block_tables,
                                                                table_width, block_size, tiles, heads, kv_heads, group,

@@ -198,7 +198,9 @@ void CudaModel::Impl::load_weights(const cpu::LlamaWeights* w) {
     r.rope_sin.resize(sin_table.size());
     TANDEM_CUDA_CHECK(cudaMemcpy(r.rope_cos.get(), cos_table.data(), cos_table.size() * 4, cudaMemcpyHostToDevice));
     TANDEM_CUDA_CHECK(cudaMemcpy(r.rope_sin.get(), sin_table.data(), sin_table.size() * 4, cudaMemcpyHostToDevice));
-    TANDEM_CUDA_CHECK(cudaStreamSynchronize(r.stream));
+    // The plain copies ran on the legacy stream, the fills on r.stream (non-blocking, not
+    // ordered after it): wait for both before any step reads a weight.
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
   }
 }
 
@@ -216,6 +218,8 @@ void CudaModel::Impl::allocate_activations(int64_t tokens, int64_t seqs) {
     r.partial.resize(size_t(tokens * h));
     r.qkv.resize(size_t(tokens * (r.heads + 2 * r.kv_heads) * hd));
     r.attn.resize(size_t(tokens * r.heads * hd));
+    // Graph replays leave padding rows' attention unwritten; zeros keep them finite.
+    TANDEM_CUDA_CHECK(cudaMemset(r.attn.get(), 0, r.attn.size() * sizeof(bf16)));
     r.gu.resize(size_t(tokens * 2 * r.ffn));
     r.act.resize(size_t(tokens * r.ffn));
     r.meta.resize(meta.total);
@@ -247,7 +251,11 @@ void CudaModel::Impl::fill_meta(const StepPlan& plan, std::span<const Token> tok
       if (pos >= m.max_model_len) throw std::logic_error("CudaModel: position past max_model_len");
       const Token id = tokens[size_t(t)];
       if (id < 0 || id >= m.vocab) throw std::runtime_error(fmt::format("token id {} outside the vocabulary ({})", id, m.vocab));
+      if (pos / block_size >= int32_t(seq.block_table.size()))
+        throw std::logic_error(fmt::format("CudaModel: position {} has no block (block table of {})", pos, seq.block_table.size()));
       const int32_t block = seq.block_table[size_t(pos / block_size)];
+      if (block < 0 || block >= num_blocks)
+        throw std::logic_error(fmt::format("CudaModel: block id {} outside the cache ({} blocks)", block, num_blocks));
       hm[meta.tokens + size_t(t)] = id;
       hm[meta.positions + size_t(t)] = pos;
       hm[meta.slots + size_t(t)] = block * block_size + pos % block_size;
@@ -419,7 +427,7 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
                                    m.name, weight_bytes / 1e9, kv_bytes / 1e9, act_bytes / 1e9, opt.max_step_tokens, i,
                                    double(free_b) / 1e9));
     TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
-    r.gemm = std::make_unique<Gemm>(opt.deterministic, opt.gemm_pin_tokens);
+    r.gemm = std::make_unique<Gemm>(opt.deterministic, opt.gemm_pin_tokens, int64_t(tokens));
     const size_t kv_elems = size_t(m.layers) * size_t(num_blocks) * size_t(block_size) * size_t(r.kv_heads) * size_t(m.head_dim());
     r.k_cache.resize(kv_elems);
     r.v_cache.resize(kv_elems);
@@ -455,8 +463,10 @@ void CudaModel::forward(const StepPlan& plan, std::span<const Token> tokens, std
                                        [](const ScheduledSeq& q) { return q.n_tokens == 1 && q.samples; });
   const bool graph = s.opt.cuda_graph && !s.comm && decode_only && !logits;
   const int32_t bucket = graph ? next_pow2(int32_t(S)) : 0;
-  if (T > s.cap_tokens || S > s.cap_seqs || bucket > s.cap_seqs)
-    s.allocate_activations(std::max(T, s.cap_tokens), std::max<int64_t>(next_pow2(int32_t(std::max(S, s.cap_seqs))), bucket));
+  if (T > s.cap_tokens || S > s.cap_seqs || bucket > s.cap_seqs) {
+    const int64_t seqs = std::max<int64_t>(next_pow2(int32_t(std::max(S, s.cap_seqs))), bucket);
+    s.allocate_activations(std::max({T, s.cap_tokens, seqs}), seqs);  // a graph bucket needs as many token rows
+  }
   s.fill_meta(plan, tokens, bucket);
   const int64_t T_run = graph ? bucket : T;
   s.upload_meta(T_run, graph ? bucket : S);

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
+
+#include "backend/cuda/kernels.h"
 
 namespace tandem::cuda {
 
@@ -18,8 +21,9 @@ V algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttribut
 }
 }  // namespace
 
-Gemm::Gemm(bool deterministic, int32_t pin_tokens)
-    : deterministic_(deterministic), pin_tokens_(pin_tokens), workspace_(kWorkspaceBytes) {
+Gemm::Gemm(bool deterministic, int32_t pin_tokens, int64_t max_tokens)
+    : deterministic_(deterministic), pin_tokens_(pin_tokens), max_tokens_(std::max<int64_t>(max_tokens, pin_tokens)),
+      workspace_(kWorkspaceBytes) {
   TANDEM_CUBLAS_CHECK(cublasLtCreate(&lt_));
   TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // Row-major Y = X W^T is column-major Y^T = W X^T with W read transposed: A = W (op T), B = X.
@@ -66,7 +70,7 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::candidates(const Shape& sh, int64_t T, b
 }
 
 // A pinned algorithm must run every step size with one K order: no split-K, no reduction,
-// and valid at 1, 7 and 65536 tokens (the heuristic answered for pin_tokens only).
+// and valid at 1, 7 and the largest step (the heuristic answered for pin_tokens only).
 bool Gemm::usable_everywhere(const Shape& sh, cublasLtMatmulAlgo_t& algo) {
   if (algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1 ||
       algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) != CUBLASLT_REDUCTION_SCHEME_NONE) {
@@ -81,7 +85,7 @@ bool Gemm::usable_everywhere(const Shape& sh, cublasLtMatmulAlgo_t& algo) {
   }
   const cudaDataType_t out_type = sh.bf16_out ? CUDA_R_16BF : CUDA_R_32F;
   const auto A = layout(CUDA_R_16BF, sh.K, sh.N);
-  for (const int64_t t : {int64_t(1), int64_t(7), int64_t(65536)}) {
+  for (const int64_t t : {int64_t(1), int64_t(7), max_tokens_}) {
     cublasLtMatmulHeuristicResult_t check{};
     const auto B = layout(CUDA_R_16BF, sh.K, t), D = layout(out_type, sh.N, t);
     if (cublasLtMatmulAlgoCheck(lt_, op_, A, B, D, D, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
@@ -106,10 +110,52 @@ const cublasLtMatmulAlgo_t& Gemm::algo_for(const Shape& sh, int64_t T) {
   // general candidates with the split taken out.
   for (const bool no_reduction : {true, false})
     for (cublasLtMatmulAlgo_t algo : candidates(sh, pin_tokens_, no_reduction))
-      if (usable_everywhere(sh, algo)) return pinned_[sh] = algo;
+      if (usable_everywhere(sh, algo) && rows_invariant_on_device(sh, algo)) return pinned_[sh] = algo;
   throw std::runtime_error(fmt::format("cuBLASLt offers no algorithm without split-K for a {}x{} weight: deterministic "
                                        "mode cannot run (engine.deterministic: false runs the fast mode)",
                                        sh.N, sh.K));
+}
+
+// Runs `algo` on random data at T = max(pin_tokens, 129) rows and at 1, 7 and 129 of them:
+// the shared rows must be bit-identical. Synchronous; done once per shape, before any
+// capture. If the scratch cannot be allocated the check is skipped (and says so).
+bool Gemm::rows_invariant_on_device(const Shape& sh, const cublasLtMatmulAlgo_t& algo) {
+  const int64_t rows = std::max<int64_t>(pin_tokens_, 129), out_bytes = sh.bf16_out ? 2 : 4;
+  char *x = nullptr, *w = nullptr, *y_all = nullptr, *y_part = nullptr;
+  const auto alloc = [](char** p, size_t bytes) { return cudaMalloc(reinterpret_cast<void**>(p), bytes) == cudaSuccess; };
+  const bool ok = alloc(&x, size_t(rows * sh.K) * 2) && alloc(&w, size_t(sh.N * sh.K) * 2) &&
+                  alloc(&y_all, size_t(rows * sh.N * out_bytes)) && alloc(&y_part, size_t(rows * sh.N * out_bytes));
+  bool same = true;
+  if (!ok) {
+    (void)cudaGetLastError();
+    rejected_ += fmt::format(" [{}x{}: invariance not checked, no scratch memory]", sh.N, sh.K);
+  } else {
+    fill_uniform(reinterpret_cast<bf16*>(x), rows, sh.K, sh.K, 0, 0, 77, 0, 1.0f, nullptr);
+    fill_uniform(reinterpret_cast<bf16*>(w), sh.N, sh.K, sh.K, 0, 0, 77, 1, 0.05f, nullptr);
+    const auto run_rows = [&](int64_t t, char* y) {
+      const auto A = layout(CUDA_R_16BF, sh.K, sh.N), B = layout(CUDA_R_16BF, sh.K, t),
+                 D = layout(sh.bf16_out ? CUDA_R_16BF : CUDA_R_32F, sh.N, t);
+      const float one = 1.0f, zero = 0.0f;
+      TANDEM_CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &one, w, A, x, B, &zero, y, D, y, D, &algo, workspace_.get(),
+                                         kWorkspaceBytes, nullptr));
+    };
+    run_rows(rows, y_all);
+    std::vector<char> a, b;
+    for (const int64_t t : {int64_t(1), int64_t(7), int64_t(129)}) {
+      run_rows(t, y_part);
+      const size_t bytes = size_t(t * sh.N * out_bytes);
+      a.resize(bytes);
+      b.resize(bytes);
+      TANDEM_CUDA_CHECK(cudaMemcpy(a.data(), y_all, bytes, cudaMemcpyDeviceToHost));
+      TANDEM_CUDA_CHECK(cudaMemcpy(b.data(), y_part, bytes, cudaMemcpyDeviceToHost));
+      same = same && a == b;
+    }
+    if (!same) rejected_ += fmt::format(" [{}x{}: algo {} not row-invariant, skipped]", sh.N, sh.K,
+                                        algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID));
+  }
+  for (char* p : {x, w, y_all, y_part})
+    if (p) (void)cudaFree(p);
+  return same;
 }
 
 void Gemm::matmul(const void* X, int64_t T, const void* W, const Shape& sh, void* Y, cudaStream_t s) {
@@ -134,13 +180,13 @@ void Gemm::run_bf16_out(const __nv_bfloat16* X, int64_t T, int64_t K, const __nv
 
 std::string Gemm::describe(int64_t N, int64_t K, bool bf16_out) {
   const cublasLtMatmulAlgo_t& algo = algo_for(Shape{N, K, bf16_out}, pin_tokens_);
-  return fmt::format("algo {} tile {} stages {} splitK {} swizzle {} cluster {}",
+  return fmt::format("algo {} tile {} stages {} splitK {} swizzle {} cluster {}{}",
                      algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
                      algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
                      algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
                      algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
                      algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-                     algo_config<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+                     algo_config<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), rejected_);
 }
 
 }  // namespace tandem::cuda

@@ -5,8 +5,10 @@
 // kernels, tiles and split-K factors as T changes, and each changes the order in which an
 // element's K products are summed. So for every weight shape (N, K) one algorithm is chosen
 // once, at T = pin_tokens, among those without split-K and without a reduction scheme, and
-// used for every T. Fast mode asks the heuristic for each T (split-K allowed) and is not
-// batch-invariant.
+// used for every T. Before it is pinned, a candidate is run on random data at several T and
+// must give the same rows bit for bit (a kernel that splits K by the number of tiles, as a
+// stream-K schedule would, fails this and the next candidate is tried). Fast mode asks the
+// heuristic for each T (split-K allowed) and is not batch-invariant.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -24,8 +26,9 @@ namespace tandem::cuda {
 
 class Gemm {
  public:
-  // Uses the current device.
-  Gemm(bool deterministic, int32_t pin_tokens);
+  // Uses the current device. max_tokens: the largest step; a pinned algorithm must accept
+  // every size from 1 to it.
+  Gemm(bool deterministic, int32_t pin_tokens, int64_t max_tokens = 8192);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -48,10 +51,13 @@ class Gemm {
   const cublasLtMatmulAlgo_t& algo_for(const Shape& shape, int64_t T);
   std::vector<cublasLtMatmulAlgo_t> candidates(const Shape& shape, int64_t T, bool no_reduction);
   bool usable_everywhere(const Shape& shape, cublasLtMatmulAlgo_t& algo);
+  bool rows_invariant_on_device(const Shape& shape, const cublasLtMatmulAlgo_t& algo);
   void matmul(const void* X, int64_t T, const void* W, const Shape& shape, void* Y, cudaStream_t s);
 
   bool deterministic_;
   int32_t pin_tokens_;
+  int64_t max_tokens_;
+  std::string rejected_;  // pinning: candidates that failed the on-device invariance check
   cublasLtHandle_t lt_ = nullptr;
   cublasLtMatmulDesc_t op_ = nullptr;
   DeviceBuffer<char> workspace_;
