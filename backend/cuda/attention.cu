@@ -139,20 +139,10 @@ void paged_attention(const float* qkv, int64_t qkv_stride, const bf16* k_cache, 
   if (group > kRows) fail("paged_attention", "more than 16 query heads per KV head", __FILE__, __LINE__);
   const dim3 grid{unsigned(n_tiles), unsigned(kv_heads), 1u};
   const float scale = 1.0f / std::sqrt(float(head_dim));
-#define TANDEM_ATTENTION_CASE(HD)                                                                                  \
-  case HD:                                                                                                         \
-    paged_attention_kernel<HD><<<grid, kThreads, 0, s>>>(qkv, qkv_stride, k_cache, v_cache, block_tables,          \
-                                                         table_width, block_size, tiles, heads, kv_heads, group,   \
-                                                         scale, out);                                              \
-    break;
-  switch (head_dim) {
-    TANDEM_ATTENTION_CASE(32)
-    TANDEM_ATTENTION_CASE(64)
-    TANDEM_ATTENTION_CASE(128)
-    default:
-      fail("paged_attention", "head_dim must be 32, 64 or 128", __FILE__, __LINE__);
-  }
-#undef TANDEM_ATTENTION_CASE
+  with_head_dim(head_dim, "paged_attention", [&](auto hd) {
+    paged_attention_kernel<hd><<<grid, kThreads, 0, s>>>(qkv, qkv_stride, k_cache, v_cache, block_tables, table_width,
+                                                         block_size, tiles, heads, kv_heads, group, scale, out);
+  });
   TANDEM_LAUNCH_CHECK("paged_attention_kernel");
 }
 

@@ -194,22 +194,10 @@ void paged_attention_mma(const float* qkv, int64_t qkv_stride, const bf16* k_cac
   if (group > kRows) fail("paged_attention_mma", "more than 64 query heads per KV head", __FILE__, __LINE__);
   const dim3 grid{unsigned(n_tiles), unsigned(kv_heads), 1u};
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  switch (head_dim) {
-    case 32:
-      launch_mma<32>(grid, s, qkv, qkv_stride, k_cache, v_cache, block_tables, table_width, block_size, tiles, heads,
-                     kv_heads, group, scale, out);
-      break;
-    case 64:
-      launch_mma<64>(grid, s, qkv, qkv_stride, k_cache, v_cache, block_tables, table_width, block_size, tiles, heads,
-                     kv_heads, group, scale, out);
-      break;
-    case 128:
-      launch_mma<128>(grid, s, qkv, qkv_stride, k_cache, v_cache, block_tables, table_width, block_size, tiles, heads,
-                      kv_heads, group, scale, out);
-      break;
-    default:
-      fail("paged_attention_mma", "head_dim must be 32, 64 or 128", __FILE__, __LINE__);
-  }
+  with_head_dim(head_dim, "paged_attention_mma", [&](auto hd) {
+    launch_mma<hd>(grid, s, qkv, qkv_stride, k_cache, v_cache, block_tables, table_width, block_size, tiles, heads,
+                   kv_heads, group, scale, out);
+  });
   TANDEM_LAUNCH_CHECK("paged_attention_mma_kernel");
 }
 

@@ -5,8 +5,22 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/check.h"
 
 namespace tandem::cuda {
+
+// Calls f(std::integral_constant<int, HD>) for the head sizes the kernels are built for.
+template <class F>
+void with_head_dim(int32_t head_dim, const char* kernel, F&& f) {
+  switch (head_dim) {
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    case 64: f(std::integral_constant<int, 64>{}); break;
+    case 128: f(std::integral_constant<int, 128>{}); break;
+    default: fail(kernel, "head_dim must be 32, 64 or 128", __FILE__, __LINE__);
+  }
+}
 
 // Stores 8 bf16 (16 bytes) at p; rows of ld elements that are not a multiple of 16 bytes
 // (padded against bank conflicts) take four 4-byte stores.
