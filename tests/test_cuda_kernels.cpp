@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/llama.h"
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/check.h"
@@ -759,4 +760,56 @@ TEST_CASE("cuda kernels: fill_uniform range, statistics and tensor-parallel shar
   // Another tensor id or seed: other values.
   CHECK_FALSE(same_bits(fill(rows, cols, 0, 0, seed, id + 1).data(), full.data(), full.size()));
   CHECK_FALSE(same_bits(fill(rows, cols, 0, 0, seed + 1, id).data(), full.data(), full.size()));
+}
+
+TEST_CASE("cuda kernels against their CPU twins (backend/cpu): rms_norm, gemm_nt, SwiGLU") {
+  Rng rng(515);
+  const int64_t T = 9, h = 1000, N = 333;
+  // RMSNorm: the CPU model's rms_norm on the same fp32 rows and weights.
+  const std::vector<float> x = random_floats(rng, size_t(T * h), -2.0, 2.0), w = random_floats(rng, size_t(h), 0.5, 1.5);
+  DeviceBuffer<float> d_x = upload(x);
+  const DeviceBuffer<float> d_w = upload(w);
+  DeviceBuffer<bf16> d_out(size_t(T * h));
+  poison(d_out);
+  tc::add_rmsnorm(d_x.get(), nullptr, d_w.get(), T, h, 1e-5f, d_out.get(), kStream);
+  std::vector<double> cpu_norm(size_t(T * h));
+  {
+    std::vector<float> row(static_cast<size_t>(h));
+    for (int64_t t = 0; t < T; ++t) {
+      tandem::cpu::rms_norm(&x[size_t(t * h)], w.data(), h, 1e-5f, row.data());
+      std::copy(row.begin(), row.end(), cpu_norm.begin() + t * h);
+    }
+  }
+  const double norm_err = rel_err(download(d_out), cpu_norm);
+  CHECK_MESSAGE(norm_err <= 1e-2, "rms_norm vs CPU rel ", norm_err);
+  // GEMM: cpu::gemm_nt in fp32 on the same bf16 values.
+  const std::vector<bf16> xb = random_bf16(rng, size_t(T * h), -1.0, 1.0), wb = random_bf16(rng, size_t(N * h), -0.1, 0.1);
+  std::vector<float> xf(xb.size()), wf(wb.size()), yc(size_t(T * N));
+  std::transform(xb.begin(), xb.end(), xf.begin(), to_f);
+  std::transform(wb.begin(), wb.end(), wf.begin(), to_f);
+  tandem::cpu::gemm_nt(xf.data(), T, h, wf.data(), N, yc.data());
+  const DeviceBuffer<bf16> d_xb = upload(xb), d_wb = upload(wb);
+  DeviceBuffer<float> d_y(size_t(T * N));
+  poison(d_y);
+  tc::Gemm gemm(true, 256);
+  gemm.run(d_xb.get(), T, h, d_wb.get(), N, d_y.get(), kStream);
+  const double gemm_err = rel_err(download(d_y), std::vector<double>(yc.begin(), yc.end()));
+  CHECK_MESSAGE(gemm_err <= 1e-4, "gemm vs CPU gemm_nt rel ", gemm_err);  // both fp32 sums, other orders
+  // SwiGLU: the CPU model's formula, g / (1 + exp(-g)) * u.
+  const int64_t ffn = 341;
+  const std::vector<float> gu = random_floats(rng, size_t(T * 2 * ffn), -4.0, 4.0);
+  const DeviceBuffer<float> d_gu = upload(gu);
+  DeviceBuffer<bf16> d_act(size_t(T * ffn));
+  poison(d_act);
+  tc::swiglu(d_gu.get(), T, ffn, d_act.get(), kStream);
+  std::vector<double> cpu_act(size_t(T * ffn));
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> a(static_cast<size_t>(ffn));
+    for (int64_t i = 0; i < ffn; ++i) a[size_t(i)] = -gu[size_t(t * 2 * ffn + i)];
+    tandem::cpu::exp_inplace(a.data(), ffn);
+    for (int64_t i = 0; i < ffn; ++i)
+      cpu_act[size_t(t * ffn + i)] = gu[size_t(t * 2 * ffn + i)] / (1.0f + a[size_t(i)]) * gu[size_t(t * 2 * ffn + ffn + i)];
+  }
+  const double act_err = rel_err(download(d_act), cpu_act);
+  CHECK_MESSAGE(act_err <= 1e-2, "swiglu vs CPU rel ", act_err);
 }
