@@ -94,6 +94,22 @@ TEST_CASE("--set overrides by dotted path; unknown keys and bad values are caugh
   CHECK(e.find("--set engine.max_num_seqs=many") != std::string::npos);
 }
 
+TEST_CASE("CUDA backend knobs: defaults, values, bad values, and the resolved YAML round trip") {
+  Workload d = parse_workload(kBase, "w.yaml");
+  CHECK(d.engine.cuda_graph);
+  CHECK(d.engine.cuda_attention == "simt");
+  Workload w = parse_workload(std::string(kBase) + "engine: {cuda_graph: false, cuda_attention: mma}\n", "w.yaml");
+  CHECK_FALSE(w.engine.cuda_graph);
+  CHECK(w.engine.cuda_attention == "mma");
+  const Workload again = parse_workload(to_yaml(w), "resolved.yaml");
+  CHECK_FALSE(again.engine.cuda_graph);
+  CHECK(again.engine.cuda_attention == "mma");
+  const std::string e = error_of(kBase, {{"engine.cuda_attention", "flash"}});
+  CHECK(e.find("engine.cuda_attention") != std::string::npos);
+  CHECK(e.find("known: simt, mma") != std::string::npos);
+  CHECK(error_of(kBase, {{"engine.cuda_graph", "7"}}).find("engine.cuda_graph") != std::string::npos);
+}
+
 TEST_CASE("inline model and hardware; divisibility checked") {
   const std::string inl = R"(model: {layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn: 128, vocab: 100, max_model_len: 512, dtype: fp32}
 hardware: {peak_tflops: 1, mem_bandwidth_tbs: 0.1, step_overhead_us: 10, memory_gb: 1}
