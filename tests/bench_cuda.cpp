@@ -130,12 +130,15 @@ struct StepTimer {
 int main(int argc, char** argv) {
   std::string json_path;
   bool quick = false;
+  std::vector<std::string> only_modes;  // empty: all (one process per mode keeps a crash from losing the rest)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--quick") quick = true;
+    else if (a == "--mode" && i + 1 < argc) only_modes.push_back(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_cuda [--json PATH] [--quick]\n");
+      std::fprintf(stderr, "usage: bench_cuda [--json PATH] [--quick] [--mode deterministic|deterministic_mma|"
+                           "deterministic_pin64|fast ...]\n");
       return 2;
     }
   }
@@ -182,6 +185,7 @@ int main(int argc, char** argv) {
     const auto simt = cuda::AttentionKernel::Simt, mma = cuda::AttentionKernel::Mma;
     for (const Mode& md : {Mode{"deterministic", true, 256, simt}, Mode{"deterministic_mma", true, 256, mma},
                            Mode{"deterministic_pin64", true, 64, simt}, Mode{"fast", false, 256, simt}}) {
+      if (!only_modes.empty() && std::find(only_modes.begin(), only_modes.end(), md.name) == only_modes.end()) continue;
       const char* mode = md.name;
       const bool deterministic = md.deterministic;
       cuda::CudaModelOptions o;
