@@ -13,6 +13,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/nccl_communicator.h"
+#include "backend/cuda/step_meta.h"
 #include "sim/config.h"
 
 namespace tandem::cuda {
@@ -54,20 +55,6 @@ struct Layer {
   DeviceBuffer<bf16> wqkv, wo, w_gate_up, w_down;
 };
 
-// Where each part of a step's int32 metadata lives, for the capacities (tokens, sequences).
-struct MetaLayout {
-  size_t tokens = 0, positions = 0, slots = 0, tiles = 0, tables = 0, samples = 0, total = 0;
-  MetaLayout() = default;
-  MetaLayout(int64_t max_tokens, int64_t max_seqs, int64_t table_width) {
-    positions = size_t(max_tokens);
-    slots = 2 * size_t(max_tokens);
-    tiles = 3 * size_t(max_tokens);
-    tables = tiles + 4 * size_t(max_tokens);  // a tile has at least one token
-    samples = tables + size_t(max_seqs * table_width);
-    total = samples + size_t(max_seqs);
-  }
-};
-
 // One GPU: its shard of the weights (heads and ffn slice), of the KV cache (its KV heads),
 // its activations and its stream.
 struct Rank {
@@ -96,7 +83,7 @@ struct CudaModel::Impl {
   uint64_t seed = 0;
   int32_t num_blocks = 0, block_size = 0, table_width = 0, tile_tokens = 1;
   int64_t cap_tokens = 0, cap_seqs = 0;
-  MetaLayout meta;
+  StepMetaLayout meta;
   std::vector<Rank> ranks;
   std::unique_ptr<NcclCommunicator> comm;
   HostBuffer<int32_t> host_meta, host_sampled;
@@ -209,7 +196,7 @@ void CudaModel::Impl::allocate_activations(int64_t tokens, int64_t seqs) {
   graphs.clear();
   cap_tokens = tokens;
   cap_seqs = seqs;
-  meta = MetaLayout(tokens, seqs, table_width);
+  meta = StepMetaLayout(tokens, seqs, table_width);
   const int64_t h = m.hidden, hd = m.head_dim();
   for (Rank& r : ranks) {
     use(r);
@@ -233,45 +220,11 @@ void CudaModel::Impl::allocate_activations(int64_t tokens, int64_t seqs) {
   host_sampled.resize(size_t(seqs));
 }
 
-// Metadata of a step; with pad_to > 0 (a graph replay), padded to that many decode rows:
-// padding rows read token 0 at position 0, write no KV (slot -1) and run no attention tile.
 void CudaModel::Impl::fill_meta(const StepPlan& plan, std::span<const Token> tokens, int32_t pad_to) {
-  int32_t* hm = host_meta.get();
-  auto* tiles = reinterpret_cast<AttentionTile*>(hm + meta.tiles);
-  int64_t t = 0;
-  n_tiles = n_samples = 0;
-  for (size_t s = 0; s < plan.seqs.size(); ++s) {
-    const ScheduledSeq& seq = plan.seqs[s];
-    if (int64_t(seq.block_table.size()) > table_width)
-      throw std::logic_error("CudaModel: block table longer than max_model_len allows");
-    std::fill_n(std::copy(seq.block_table.begin(), seq.block_table.end(), hm + meta.tables + s * size_t(table_width)),
-                table_width - int64_t(seq.block_table.size()), 0);
-    for (int32_t i = 0; i < seq.n_tokens; ++i, ++t) {
-      const int32_t pos = seq.n_computed_before + i;
-      if (pos >= m.max_model_len) throw std::logic_error("CudaModel: position past max_model_len");
-      const Token id = tokens[size_t(t)];
-      if (id < 0 || id >= m.vocab) throw std::runtime_error(fmt::format("token id {} outside the vocabulary ({})", id, m.vocab));
-      if (pos / block_size >= int32_t(seq.block_table.size()))
-        throw std::logic_error(fmt::format("CudaModel: position {} has no block (block table of {})", pos, seq.block_table.size()));
-      const int32_t block = seq.block_table[size_t(pos / block_size)];
-      if (block < 0 || block >= num_blocks)
-        throw std::logic_error(fmt::format("CudaModel: block id {} outside the cache ({} blocks)", block, num_blocks));
-      hm[meta.tokens + size_t(t)] = id;
-      hm[meta.positions + size_t(t)] = pos;
-      hm[meta.slots + size_t(t)] = block * block_size + pos % block_size;
-    }
-    for (int32_t i0 = 0; i0 < seq.n_tokens; i0 += tile_tokens)
-      tiles[n_tiles++] = AttentionTile{int32_t(s), int32_t(t - seq.n_tokens + i0), std::min(tile_tokens, seq.n_tokens - i0),
-                                       seq.n_computed_before + i0};
-    if (seq.samples) hm[meta.samples + size_t(n_samples++)] = int32_t(t - 1);
-  }
-  for (; t < pad_to; ++t, ++n_tiles, ++n_samples) {
-    hm[meta.tokens + size_t(t)] = 0;
-    hm[meta.positions + size_t(t)] = 0;
-    hm[meta.slots + size_t(t)] = -1;
-    tiles[n_tiles] = AttentionTile{int32_t(n_tiles), int32_t(t), 0, 0};
-    hm[meta.samples + size_t(n_samples)] = int32_t(t);
-  }
+  const StepMetaShape shape{block_size, table_width, tile_tokens, num_blocks, m.vocab, m.max_model_len};
+  const StepMetaCounts c = build_step_meta(plan, tokens, shape, meta, pad_to, host_meta.get());
+  n_tiles = c.n_tiles;
+  n_samples = c.n_samples;
 }
 
 void CudaModel::Impl::upload_meta(int64_t T, int64_t S) {

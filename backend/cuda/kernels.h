@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/step_meta.h"  // AttentionTile
+
 namespace tandem::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -32,15 +34,6 @@ void add_rmsnorm(float* x, const float* residual, const float* w, int64_t T, int
 void rope_store_kv(float* qkv, const int32_t* positions, const int32_t* slots, const float* cos, const float* sin,
                    int64_t T, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* k_cache, bf16* v_cache,
                    cudaStream_t s);
-
-// One attention work item: up to attention_tile_tokens(group) (attention_mma_tile_tokens for
-// the tensor-core kernel) consecutive query tokens of one sequence. n == 0 marks padding (graph replays with fewer sequences than captured).
-struct AttentionTile {
-  int32_t seq;     // row of the block table
-  int32_t token0;  // index of the first query token in the step
-  int32_t n;       // query tokens in this tile
-  int32_t pos0;    // absolute position of the first query token
-};
 
 // Query tokens per tile for a GQA group size (16 query rows per thread block).
 int32_t attention_tile_tokens(int32_t group);
