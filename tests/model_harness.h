@@ -32,7 +32,7 @@ class StepHarness {
       plan.seqs.push_back({0, n, s->computed, true, s->table});
       plan.n_tokens += n;
       plan.n_samples += 1;
-      for (int32_t i = 0; i < n; ++i) plan.tokens.push_back(s->tokens[size_t(s->computed + i)]);
+      for (int32_t i = 0; i < n; ++i) plan.tokens.push_back(s->tokens.at(size_t(s->computed + i)));  // checked: a test bug throws
     }
     std::vector<Token> sampled;
     std::vector<float> logits;

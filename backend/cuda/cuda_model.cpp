@@ -380,7 +380,7 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
                                    m.name, weight_bytes / 1e9, kv_bytes / 1e9, act_bytes / 1e9, opt.max_step_tokens, i,
                                    double(free_b) / 1e9));
     TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
-    r.gemm = std::make_unique<Gemm>(opt.deterministic, opt.gemm_pin_tokens, int64_t(tokens));
+    r.gemm = std::make_unique<Gemm>(opt.deterministic, opt.gemm_pin_tokens, int64_t(tokens), opt.gemm_own_kernel);
     const size_t kv_elems = size_t(m.layers) * size_t(num_blocks) * size_t(block_size) * size_t(r.kv_heads) * size_t(m.head_dim());
     r.k_cache.resize(kv_elems);
     r.v_cache.resize(kv_elems);

@@ -21,9 +21,9 @@ V algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttribut
 }
 }  // namespace
 
-Gemm::Gemm(bool deterministic, int32_t pin_tokens, int64_t max_tokens)
+Gemm::Gemm(bool deterministic, int32_t pin_tokens, int64_t max_tokens, bool own_kernel)
     : deterministic_(deterministic), pin_tokens_(pin_tokens), max_tokens_(std::max<int64_t>(max_tokens, pin_tokens)),
-      workspace_(kWorkspaceBytes) {
+      workspace_(kWorkspaceBytes), force_own_(own_kernel) {
   TANDEM_CUBLAS_CHECK(cublasLtCreate(&lt_));
   TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // Row-major Y = X W^T is column-major Y^T = W X^T with W read transposed: A = W (op T), B = X.
@@ -111,9 +111,25 @@ const cublasLtMatmulAlgo_t& Gemm::algo_for(const Shape& sh, int64_t T) {
   for (const bool no_reduction : {true, false})
     for (cublasLtMatmulAlgo_t algo : candidates(sh, pin_tokens_, no_reduction))
       if (usable_everywhere(sh, algo) && rows_invariant_on_device(sh, algo)) return pinned_[sh] = algo;
-  throw std::runtime_error(fmt::format("cuBLASLt offers no algorithm without split-K for a {}x{} weight: deterministic "
-                                       "mode cannot run (engine.deterministic: false runs the fast mode)",
-                                       sh.N, sh.K));
+  throw std::runtime_error(fmt::format("cuBLASLt offers no row-invariant algorithm for a {}x{} weight", sh.N, sh.K));
+}
+
+// Deterministic mode: the own kernel for this shape? Decided once, when the shape is first
+// used: forced, or no cuBLASLt algorithm qualified.
+bool Gemm::uses_own_kernel(const Shape& sh) {
+  if (!deterministic_) return false;
+  const auto found = own_.find(sh);
+  if (found != own_.end()) return found->second;
+  bool own = force_own_;
+  if (!own) {
+    try {
+      (void)algo_for(sh, pin_tokens_);
+    } catch (const std::runtime_error& e) {
+      own = true;
+      rejected_ += fmt::format(" [{}x{}: {}; own GEMM used]", sh.N, sh.K, e.what());
+    }
+  }
+  return own_[sh] = own;
 }
 
 // Runs `algo` on random data at T = max(pin_tokens, 129) rows and at 1, 7 and 129 of them:
@@ -160,6 +176,13 @@ bool Gemm::rows_invariant_on_device(const Shape& sh, const cublasLtMatmulAlgo_t&
 
 void Gemm::matmul(const void* X, int64_t T, const void* W, const Shape& sh, void* Y, cudaStream_t s) {
   if (T == 0) return;
+  if (uses_own_kernel(sh)) {
+    const auto* x = static_cast<const bf16*>(X);
+    const auto* w = static_cast<const bf16*>(W);
+    if (sh.bf16_out) gemm_invariant(x, T, sh.K, w, sh.N, static_cast<bf16*>(Y), s);
+    else gemm_invariant(x, T, sh.K, w, sh.N, static_cast<float*>(Y), s);
+    return;
+  }
   const cublasLtMatmulAlgo_t& algo = algo_for(sh, T);
   const auto A = layout(CUDA_R_16BF, sh.K, sh.N), B = layout(CUDA_R_16BF, sh.K, T),
              D = layout(sh.bf16_out ? CUDA_R_16BF : CUDA_R_32F, sh.N, T);
@@ -179,6 +202,7 @@ void Gemm::run_bf16_out(const __nv_bfloat16* X, int64_t T, int64_t K, const __nv
 }
 
 std::string Gemm::describe(int64_t N, int64_t K, bool bf16_out) {
+  if (uses_own_kernel(Shape{N, K, bf16_out})) return "own tensor-core GEMM (gemm_invariant)" + rejected_;
   const cublasLtMatmulAlgo_t& algo = algo_for(Shape{N, K, bf16_out}, pin_tokens_);
   return fmt::format("algo {} tile {} stages {} splitK {} swizzle {} cluster {}{}",
                      algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),

@@ -7,8 +7,10 @@
 // once, at T = pin_tokens, among those without split-K and without a reduction scheme, and
 // used for every T. Before it is pinned, a candidate is run on random data at several T and
 // must give the same rows bit for bit (a kernel that splits K by the number of tiles, as a
-// stream-K schedule would, fails this and the next candidate is tried). Fast mode asks the
-// heuristic for each T (split-K allowed) and is not batch-invariant.
+// stream-K schedule would, fails this and the next candidate is tried). If none passes, the
+// shape runs on the backend's own tensor-core GEMM (kernels.h: gemm_invariant), slower but
+// invariant by construction. Fast mode asks the heuristic for each T (split-K allowed) and
+// is not batch-invariant.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -27,8 +29,9 @@ namespace tandem::cuda {
 class Gemm {
  public:
   // Uses the current device. max_tokens: the largest step; a pinned algorithm must accept
-  // every size from 1 to it.
-  Gemm(bool deterministic, int32_t pin_tokens, int64_t max_tokens = 8192);
+  // every size from 1 to it. own_kernel: deterministic mode uses the own GEMM for every
+  // shape (tests; otherwise only for shapes where no cuBLASLt algorithm qualifies).
+  Gemm(bool deterministic, int32_t pin_tokens, int64_t max_tokens = 8192, bool own_kernel = false);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -52,6 +55,7 @@ class Gemm {
   std::vector<cublasLtMatmulAlgo_t> candidates(const Shape& shape, int64_t T, bool no_reduction);
   bool usable_everywhere(const Shape& shape, cublasLtMatmulAlgo_t& algo);
   bool rows_invariant_on_device(const Shape& shape, const cublasLtMatmulAlgo_t& algo);
+  bool uses_own_kernel(const Shape& shape);
   void matmul(const void* X, int64_t T, const void* W, const Shape& shape, void* Y, cudaStream_t s);
 
   bool deterministic_;
@@ -63,6 +67,8 @@ class Gemm {
   DeviceBuffer<char> workspace_;
   std::map<std::tuple<int, int64_t, int64_t>, cublasLtMatrixLayout_t> layouts_;
   std::map<Shape, cublasLtMatmulAlgo_t> pinned_;                          // deterministic
+  std::map<Shape, bool> own_;                                              // deterministic: own kernel instead
+  bool force_own_ = false;
   std::map<std::tuple<Shape, int64_t>, cublasLtMatmulAlgo_t> per_tokens_;  // fast
 };
 

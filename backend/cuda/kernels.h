@@ -59,6 +59,12 @@ void paged_attention_mma(const float* qkv, int64_t qkv_stride, const bf16* k_cac
                          const int32_t* block_tables, int32_t table_width, int32_t block_size, const AttentionTile* tiles,
                          int32_t n_tiles, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* out, cudaStream_t s);
 
+// Y[T][N] = X[T][K] W[N][K]^T on the tensor cores (gemm_own.cu), bf16 operands, fp32
+// accumulation in ascending K: batch-invariant by construction. Deterministic mode's fallback
+// when cuBLASLt offers no row-invariant algorithm (see gemm.h).
+void gemm_invariant(const bf16* X, int64_t T, int64_t K, const bf16* W, int64_t N, float* Y, cudaStream_t s);
+void gemm_invariant(const bf16* X, int64_t T, int64_t K, const bf16* W, int64_t N, bf16* Y, cudaStream_t s);
+
 // act[t][i] = bf16(silu(gu[t][i]) * gu[t][ffn + i]).
 void swiglu(const float* gu, int64_t T, int64_t ffn, bf16* act, cudaStream_t s);
 
