@@ -113,6 +113,10 @@ TEST_CASE("step metadata: plans the buffers or the cache cannot hold are errors"
   const std::vector<int32_t> wide{0, 1, 2, 3, 4, 5, 6, 7};
   add(big, wide, 100, 0, true, 1);
   CHECK_THROWS_AS(build(big, shape16(), 0, 64), std::logic_error);  // 100 rows in a 64-row buffer
+  StepPlan lying = r;
+  lying.tokens[0] = 5;
+  lying.n_tokens = 2;  // says 2 tokens, carries 1
+  CHECK_THROWS_AS(build(lying, shape16()), std::logic_error);
 }
 
 TEST_CASE("step metadata: random steps keep every row's slot, position and tile consistent") {

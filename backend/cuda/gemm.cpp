@@ -70,7 +70,8 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::candidates(const Shape& sh, int64_t T, b
 }
 
 // A pinned algorithm must run every step size with one K order: no split-K, no reduction,
-// and valid at 1, 7 and the largest step (the heuristic answered for pin_tokens only).
+// and valid at every size the model or the check below runs (the heuristic answered for
+// pin_tokens only).
 bool Gemm::usable_everywhere(const Shape& sh, cublasLtMatmulAlgo_t& algo) {
   if (algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1 ||
       algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) != CUBLASLT_REDUCTION_SCHEME_NONE) {
@@ -83,16 +84,17 @@ bool Gemm::usable_everywhere(const Shape& sh, cublasLtMatmulAlgo_t& algo) {
             CUBLAS_STATUS_SUCCESS)
       return false;
   }
-  const cudaDataType_t out_type = sh.bf16_out ? CUDA_R_16BF : CUDA_R_32F;
-  const auto A = layout(CUDA_R_16BF, sh.K, sh.N);
-  for (const int64_t t : {int64_t(1), int64_t(7), max_tokens_}) {
-    cublasLtMatmulHeuristicResult_t check{};
-    const auto B = layout(CUDA_R_16BF, sh.K, t), D = layout(out_type, sh.N, t);
-    if (cublasLtMatmulAlgoCheck(lt_, op_, A, B, D, D, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
-        check.workspaceSize > kWorkspaceBytes)
-      return false;
-  }
+  for (const int64_t t : {int64_t(1), int64_t(7), int64_t(129), check_rows(), max_tokens_})
+    if (!valid_at(sh, algo, t)) return false;
   return true;
+}
+
+bool Gemm::valid_at(const Shape& sh, const cublasLtMatmulAlgo_t& algo, int64_t T) {
+  cublasLtMatmulHeuristicResult_t check{};
+  const auto A = layout(CUDA_R_16BF, sh.K, sh.N), B = layout(CUDA_R_16BF, sh.K, T),
+             D = layout(sh.bf16_out ? CUDA_R_16BF : CUDA_R_32F, sh.N, T);
+  return cublasLtMatmulAlgoCheck(lt_, op_, A, B, D, D, &algo, &check) == CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize <= kWorkspaceBytes;
 }
 
 const cublasLtMatmulAlgo_t& Gemm::algo_for(const Shape& sh, int64_t T) {
@@ -105,72 +107,90 @@ const cublasLtMatmulAlgo_t& Gemm::algo_for(const Shape& sh, int64_t T) {
     return per_tokens_[{sh, T}] = algos.front();
   }
   const auto found = pinned_.find(sh);
-  if (found != pinned_.end()) return found->second;
+  if (found != pinned_.end()) {
+    // A step larger than the sizes checked at pinning (the model grew its buffers): check it.
+    if (T > max_tokens_ && !valid_at(sh, found->second, T))
+      throw std::runtime_error(fmt::format("the pinned cuBLASLt algorithm for a {}x{} weight does not run {} tokens",
+                                           sh.N, sh.K, T));
+    return found->second;
+  }
   // The heuristic's order among the algorithms without a reduction; failing those, its
-  // general candidates with the split taken out.
+  // general candidates with the split taken out. A candidate that fails to run is skipped.
+  std::string& why = notes_[sh];
+  // The step that first uses this shape may still run (and shares the workspace): the
+  // checks below start on an idle device. A fault from earlier work surfaces here, not as a
+  // rejected candidate.
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
   for (const bool no_reduction : {true, false})
-    for (cublasLtMatmulAlgo_t algo : candidates(sh, pin_tokens_, no_reduction))
-      if (usable_everywhere(sh, algo) && rows_invariant_on_device(sh, algo)) return pinned_[sh] = algo;
-  throw std::runtime_error(fmt::format("cuBLASLt offers no row-invariant algorithm for a {}x{} weight", sh.N, sh.K));
+    for (cublasLtMatmulAlgo_t algo : candidates(sh, pin_tokens_, no_reduction)) {
+      try {
+        if (usable_everywhere(sh, algo) && rows_invariant_on_device(sh, algo)) return pinned_[sh] = algo;
+      } catch (const std::runtime_error& e) {
+        why += fmt::format(" [candidate failed: {}]", e.what());
+      }
+    }
+  throw NoInvariantAlgorithm(fmt::format("cuBLASLt offers no row-invariant algorithm for a {}x{} weight", sh.N, sh.K));
 }
 
-// Deterministic mode: the own kernel for this shape? Decided once, when the shape is first
-// used: forced, or no cuBLASLt algorithm qualified.
+// The own kernel for this shape? Decided once, when the shape is first used: forced, or (in
+// deterministic mode) no cuBLASLt algorithm qualified. Other errors are not hidden.
 bool Gemm::uses_own_kernel(const Shape& sh) {
+  if (force_own_) return true;
   if (!deterministic_) return false;
   const auto found = own_.find(sh);
   if (found != own_.end()) return found->second;
-  bool own = force_own_;
-  if (!own) {
-    try {
-      (void)algo_for(sh, pin_tokens_);
-    } catch (const std::runtime_error& e) {
-      own = true;
-      rejected_ += fmt::format(" [{}x{}: {}; own GEMM used]", sh.N, sh.K, e.what());
-    }
+  bool own = false;
+  try {
+    (void)algo_for(sh, pin_tokens_);
+  } catch (const NoInvariantAlgorithm& e) {
+    own = true;
+    notes_[sh] += fmt::format(" [{}; own GEMM used]", e.what());
   }
   return own_[sh] = own;
 }
 
-// Runs `algo` on random data at T = max(pin_tokens, 129) rows and at 1, 7 and 129 of them:
-// the shared rows must be bit-identical. Synchronous; done once per shape, before any
-// capture. If the scratch cannot be allocated the check is skipped (and says so).
+int64_t Gemm::check_rows() const { return std::max<int64_t>(pin_tokens_, 129); }
+
+// Runs `algo` on random data at check_rows() rows and at 1, 7 and 129 of them: the shared rows
+// must be bit-identical. Synchronous on the legacy stream, on an idle device (algo_for waits
+// for it); done once per shape, never under graph capture (a bucket runs eagerly before it is captured). If the
+// scratch cannot be allocated the check is skipped, and the shape's note says so.
 bool Gemm::rows_invariant_on_device(const Shape& sh, const cublasLtMatmulAlgo_t& algo) {
-  const int64_t rows = std::max<int64_t>(pin_tokens_, 129), out_bytes = sh.bf16_out ? 2 : 4;
-  char *x = nullptr, *w = nullptr, *y_all = nullptr, *y_part = nullptr;
-  const auto alloc = [](char** p, size_t bytes) { return cudaMalloc(reinterpret_cast<void**>(p), bytes) == cudaSuccess; };
-  const bool ok = alloc(&x, size_t(rows * sh.K) * 2) && alloc(&w, size_t(sh.N * sh.K) * 2) &&
-                  alloc(&y_all, size_t(rows * sh.N * out_bytes)) && alloc(&y_part, size_t(rows * sh.N * out_bytes));
-  bool same = true;
-  if (!ok) {
+  const int64_t rows = check_rows(), out_bytes = sh.bf16_out ? 2 : 4;
+  DeviceBuffer<char> x, w, y_all, y_part;
+  try {
+    x.resize(size_t(rows * sh.K) * 2);
+    w.resize(size_t(sh.N * sh.K) * 2);
+    y_all.resize(size_t(rows * sh.N * out_bytes));
+    y_part.resize(y_all.size());
+  } catch (const std::runtime_error&) {
     (void)cudaGetLastError();
-    rejected_ += fmt::format(" [{}x{}: invariance not checked, no scratch memory]", sh.N, sh.K);
-  } else {
-    fill_uniform(reinterpret_cast<bf16*>(x), rows, sh.K, sh.K, 0, 0, 77, 0, 1.0f, nullptr);
-    fill_uniform(reinterpret_cast<bf16*>(w), sh.N, sh.K, sh.K, 0, 0, 77, 1, 0.05f, nullptr);
-    const auto run_rows = [&](int64_t t, char* y) {
-      const auto A = layout(CUDA_R_16BF, sh.K, sh.N), B = layout(CUDA_R_16BF, sh.K, t),
-                 D = layout(sh.bf16_out ? CUDA_R_16BF : CUDA_R_32F, sh.N, t);
-      const float one = 1.0f, zero = 0.0f;
-      TANDEM_CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &one, w, A, x, B, &zero, y, D, y, D, &algo, workspace_.get(),
-                                         kWorkspaceBytes, nullptr));
-    };
-    run_rows(rows, y_all);
-    std::vector<char> a, b;
-    for (const int64_t t : {int64_t(1), int64_t(7), int64_t(129)}) {
-      run_rows(t, y_part);
-      const size_t bytes = size_t(t * sh.N * out_bytes);
-      a.resize(bytes);
-      b.resize(bytes);
-      TANDEM_CUDA_CHECK(cudaMemcpy(a.data(), y_all, bytes, cudaMemcpyDeviceToHost));
-      TANDEM_CUDA_CHECK(cudaMemcpy(b.data(), y_part, bytes, cudaMemcpyDeviceToHost));
-      same = same && a == b;
-    }
-    if (!same) rejected_ += fmt::format(" [{}x{}: algo {} not row-invariant, skipped]", sh.N, sh.K,
-                                        algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID));
+    notes_[sh] += " [invariance not checked: no scratch memory]";
+    return true;
   }
-  for (char* p : {x, w, y_all, y_part})
-    if (p) (void)cudaFree(p);
+  fill_uniform(reinterpret_cast<bf16*>(x.get()), rows, sh.K, sh.K, 0, 0, 77, 0, 1.0f, nullptr);
+  fill_uniform(reinterpret_cast<bf16*>(w.get()), sh.N, sh.K, sh.K, 0, 0, 77, 1, 0.05f, nullptr);
+  const auto run_rows = [&](int64_t t, char* y) {
+    const auto A = layout(CUDA_R_16BF, sh.K, sh.N), B = layout(CUDA_R_16BF, sh.K, t),
+               D = layout(sh.bf16_out ? CUDA_R_16BF : CUDA_R_32F, sh.N, t);
+    const float one = 1.0f, zero = 0.0f;
+    TANDEM_CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &one, w.get(), A, x.get(), B, &zero, y, D, y, D, &algo,
+                                       workspace_.get(), kWorkspaceBytes, nullptr));
+  };
+  run_rows(rows, y_all.get());
+  std::vector<char> a, b;
+  bool same = true;
+  for (const int64_t t : {int64_t(1), int64_t(7), int64_t(129)}) {
+    run_rows(t, y_part.get());
+    const size_t bytes = size_t(t * sh.N * out_bytes);
+    a.resize(bytes);
+    b.resize(bytes);
+    TANDEM_CUDA_CHECK(cudaMemcpy(a.data(), y_all.get(), bytes, cudaMemcpyDeviceToHost));
+    TANDEM_CUDA_CHECK(cudaMemcpy(b.data(), y_part.get(), bytes, cudaMemcpyDeviceToHost));
+    same = same && a == b;
+  }
+  if (!same)
+    notes_[sh] += fmt::format(" [algo {} not row-invariant: skipped]", algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID));
   return same;
 }
 
@@ -202,15 +222,16 @@ void Gemm::run_bf16_out(const __nv_bfloat16* X, int64_t T, int64_t K, const __nv
 }
 
 std::string Gemm::describe(int64_t N, int64_t K, bool bf16_out) {
-  if (uses_own_kernel(Shape{N, K, bf16_out})) return "own tensor-core GEMM (gemm_invariant)" + rejected_;
-  const cublasLtMatmulAlgo_t& algo = algo_for(Shape{N, K, bf16_out}, pin_tokens_);
+  const Shape sh{N, K, bf16_out};
+  if (uses_own_kernel(sh)) return "own tensor-core GEMM (gemm_invariant)" + notes_[sh];
+  const cublasLtMatmulAlgo_t& algo = algo_for(sh, pin_tokens_);
   return fmt::format("algo {} tile {} stages {} splitK {} swizzle {} cluster {}{}",
                      algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
                      algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
                      algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
                      algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
                      algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-                     algo_config<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), rejected_);
+                     algo_config<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), notes_[sh]);
 }
 
 }  // namespace tandem::cuda

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -26,11 +27,17 @@
 
 namespace tandem::cuda {
 
+// No cuBLASLt algorithm for a shape is row-invariant (deterministic mode then uses the own GEMM).
+class NoInvariantAlgorithm : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Gemm {
  public:
   // Uses the current device. max_tokens: the largest step; a pinned algorithm must accept
-  // every size from 1 to it. own_kernel: deterministic mode uses the own GEMM for every
-  // shape (tests; otherwise only for shapes where no cuBLASLt algorithm qualifies).
+  // every size from 1 to it. own_kernel: the own GEMM for every shape, in either mode (tests;
+  // otherwise deterministic mode uses it only where no cuBLASLt algorithm qualifies).
   Gemm(bool deterministic, int32_t pin_tokens, int64_t max_tokens = 8192, bool own_kernel = false);
   ~Gemm();
   Gemm(const Gemm&) = delete;
@@ -54,6 +61,8 @@ class Gemm {
   const cublasLtMatmulAlgo_t& algo_for(const Shape& shape, int64_t T);
   std::vector<cublasLtMatmulAlgo_t> candidates(const Shape& shape, int64_t T, bool no_reduction);
   bool usable_everywhere(const Shape& shape, cublasLtMatmulAlgo_t& algo);
+  bool valid_at(const Shape& shape, const cublasLtMatmulAlgo_t& algo, int64_t T);
+  int64_t check_rows() const;
   bool rows_invariant_on_device(const Shape& shape, const cublasLtMatmulAlgo_t& algo);
   bool uses_own_kernel(const Shape& shape);
   void matmul(const void* X, int64_t T, const void* W, const Shape& shape, void* Y, cudaStream_t s);
@@ -61,7 +70,7 @@ class Gemm {
   bool deterministic_;
   int32_t pin_tokens_;
   int64_t max_tokens_;
-  std::string rejected_;  // pinning: candidates that failed the on-device invariance check
+  std::map<Shape, std::string> notes_;  // pinning: candidates rejected, checks skipped, fallbacks
   cublasLtHandle_t lt_ = nullptr;
   cublasLtMatmulDesc_t op_ = nullptr;
   DeviceBuffer<char> workspace_;

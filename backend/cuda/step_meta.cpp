@@ -24,6 +24,13 @@ StepMetaCounts build_step_meta(const StepPlan& plan, std::span<const Token> toke
   const int64_t max_tokens = int64_t(L.positions), max_seqs = int64_t(L.total - L.samples);
   if (int64_t(plan.seqs.size()) > max_seqs || std::max<int64_t>(plan.n_tokens, pad_to) > max_tokens || pad_to > max_seqs)
     throw std::logic_error("build_step_meta: the step exceeds the metadata buffer");
+  int64_t sum = 0;
+  for (const ScheduledSeq& seq : plan.seqs) {
+    if (seq.n_tokens < 1) throw std::logic_error("build_step_meta: a sequence with no tokens in the step");
+    sum += seq.n_tokens;
+  }
+  if (sum != plan.n_tokens || int64_t(tokens.size()) != sum)
+    throw std::logic_error("build_step_meta: token counts of the plan disagree");
   for (size_t s = 0; s < plan.seqs.size(); ++s) {
     const ScheduledSeq& seq = plan.seqs[s];
     if (int64_t(seq.block_table.size()) > sh.table_width)
@@ -54,7 +61,7 @@ StepMetaCounts build_step_meta(const StepPlan& plan, std::span<const Token> toke
     meta[L.tokens + size_t(t)] = 0;
     meta[L.positions + size_t(t)] = 0;
     meta[L.slots + size_t(t)] = -1;
-    tiles[c.n_tiles] = AttentionTile{int32_t(c.n_tiles), int32_t(t), 0, 0};
+    tiles[c.n_tiles] = AttentionTile{0, int32_t(t), 0, 0};  // n = 0: the kernels return before reading anything
     meta[L.samples + size_t(c.n_samples)] = int32_t(t);
   }
   return c;
