@@ -96,6 +96,18 @@ cuda::CudaModelOptions opts(bool deterministic = true, int32_t tp = 1, bool nccl
 constexpr cuda::AttentionKernel kAttentionKernels[] = {cuda::AttentionKernel::Simt, cuda::AttentionKernel::Mma};
 std::string name(cuda::AttentionKernel a) { return a == cuda::AttentionKernel::Mma ? "mma" : "simt"; }
 
+// The same prompt through two configurations of one model (same dummy weights): the
+// relative error between the last token's logits.
+double logits_rel_err(const ModelSpec& m, const cuda::CudaModelOptions& a, const cuda::CudaModelOptions& b,
+                      uint64_t weight_seed, uint64_t prompt_seed, int32_t n) {
+  cuda::CudaModel ma(m, nullptr, weight_seed, 128, 16, a), mb(m, nullptr, weight_seed, 128, 16, b);
+  Harness<cuda::CudaModel> ha(ma), hb(mb);
+  Rng rng(prompt_seed);
+  Seq sa{random_tokens(rng, n, m.vocab), {}, 0};
+  Seq sb = sa;
+  return rel_err(hb.step({{&sb, n}})[0], ha.step({{&sa, n}})[0]);
+}
+
 }  // namespace
 
 TEST_CASE("CUDA model vs the CPU twin: logits within bf16 tolerance over a prefill and 12 decode steps") {
@@ -206,27 +218,13 @@ TEST_CASE("TP 2 on two GPUs matches TP 1 within tolerance (where two GPUs exist)
     MESSAGE("SKIP TP 2: ", cuda::device_count(), " GPU here; NCCL needs one GPU per rank");
     return;
   }
-  const ModelSpec m = small_model(4, 2, 256);
-  cuda::CudaModel one(m, nullptr, 3, 128, 16, opts());
-  cuda::CudaModel two(m, nullptr, 3, 128, 16, opts(true, 2));
-  Harness<cuda::CudaModel> h1(one), h2(two);
-  Rng rng(8);
-  Seq a{random_tokens(rng, 64, m.vocab), {}, 0};
-  Seq b = a;
-  const double err = rel_err(h2.step({{&b, 64}})[0], h1.step({{&a, 64}})[0]);
+  const double err = logits_rel_err(small_model(4, 2, 256), opts(), opts(true, 2), 3, 8, 64);
   MESSAGE("TP 2 vs TP 1 logits rel err ", err);
   CHECK(err < 2e-2);
 }
 
 TEST_CASE("fast mode (cuBLAS heuristics per size) computes the same function, not bit for bit") {
-  const ModelSpec m = small_model(4, 2, 256);
-  cuda::CudaModel det(m, nullptr, 6, 128, 16, opts(true));
-  cuda::CudaModel fast(m, nullptr, 6, 128, 16, opts(false));
-  Harness<cuda::CudaModel> hd(det), hf(fast);
-  Rng rng(12);
-  Seq a{random_tokens(rng, 200, m.vocab), {}, 0};
-  Seq b = a;
-  const double err = rel_err(hf.step({{&b, 200}})[0], hd.step({{&a, 200}})[0]);
+  const double err = logits_rel_err(small_model(4, 2, 256), opts(true), opts(false), 6, 12, 200);
   MESSAGE("fast vs deterministic logits rel err ", err);
   CHECK(err < 2e-2);
 }
@@ -302,14 +300,8 @@ TEST_CASE("golden on the GPU: static vs continuous, CUDA Graphs on and off, toke
 }
 
 TEST_CASE("the two attention kernels compute the same function (not bit for bit)") {
-  const ModelSpec m = small_model(4, 1, 512);
-  cuda::CudaModel simt(m, nullptr, 2, 128, 16, opts(true, 1, false, cuda::AttentionKernel::Simt));
-  cuda::CudaModel mma(m, nullptr, 2, 128, 16, opts(true, 1, false, cuda::AttentionKernel::Mma));
-  Harness<cuda::CudaModel> hs(simt), hm(mma);
-  Rng rng(31);
-  Seq a{random_tokens(rng, 300, m.vocab), {}, 0};
-  Seq b = a;
-  const double err = rel_err(hm.step({{&b, 300}})[0], hs.step({{&a, 300}})[0]);
+  const double err = logits_rel_err(small_model(4, 1, 512), opts(true, 1, false, cuda::AttentionKernel::Simt),
+                                    opts(true, 1, false, cuda::AttentionKernel::Mma), 2, 31, 300);
   MESSAGE("mma vs simt attention, logits rel err ", err);
   CHECK(err < 2e-2);
 }

@@ -190,13 +190,10 @@ void paged_attention_mma(const float* qkv, int64_t qkv_stride, const bf16* k_cac
                          const int32_t* block_tables, int32_t table_width, int32_t block_size, const AttentionTile* tiles,
                          int32_t n_tiles, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* out, cudaStream_t s) {
   if (n_tiles == 0) return;
-  const int32_t group = heads / kv_heads;
-  if (group > kRows) fail("paged_attention_mma", "more than 64 query heads per KV head", __FILE__, __LINE__);
-  const dim3 grid{unsigned(n_tiles), unsigned(kv_heads), 1u};
-  const float scale = 1.0f / std::sqrt(float(head_dim));
+  const AttentionLaunch a = attention_launch(n_tiles, heads, kv_heads, head_dim, kRows, "paged_attention_mma");
   with_head_dim(head_dim, "paged_attention_mma", [&](auto hd) {
-    launch_mma<hd>(grid, s, qkv, qkv_stride, k_cache, v_cache, block_tables, table_width, block_size, tiles, heads,
-                   kv_heads, group, scale, out);
+    launch_mma<hd>(a.grid, s, qkv, qkv_stride, k_cache, v_cache, block_tables, table_width, block_size, tiles, heads,
+                   kv_heads, a.group, a.scale, out);
   });
   TANDEM_LAUNCH_CHECK("paged_attention_mma_kernel");
 }

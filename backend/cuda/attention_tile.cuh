@@ -4,12 +4,27 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 #include "backend/cuda/check.h"
 
 namespace tandem::cuda {
+
+// What both launchers derive from the shapes: a block per (tile, KV head), the GQA group
+// (at most max_group query heads per KV head) and the softmax scale.
+struct AttentionLaunch {
+  dim3 grid;
+  int32_t group;
+  float scale;
+};
+inline AttentionLaunch attention_launch(int32_t n_tiles, int32_t heads, int32_t kv_heads, int32_t head_dim,
+                                        int32_t max_group, const char* kernel) {
+  const int32_t group = heads / kv_heads;
+  if (group > max_group) fail(kernel, "too many query heads per KV head for this kernel", __FILE__, __LINE__);
+  return {dim3{unsigned(n_tiles), unsigned(kv_heads), 1u}, group, 1.0f / std::sqrt(float(head_dim))};
+}
 
 // Calls f(std::integral_constant<int, HD>) for the head sizes the kernels are built for.
 template <class F>
