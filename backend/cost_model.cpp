@@ -19,13 +19,13 @@ AnalyticalCostModel::AnalyticalCostModel(const ModelSpec& m, const HardwareSpec&
 PlanFeatures plan_features(const StepPlan& plan) {
   PlanFeatures f;
   for (const ScheduledSeq& s : plan.seqs) {
-    const double c0 = s.n_computed_before, n = s.n_tokens;
+    const double c0 = s.num_computed_before, n = s.num_tokens;
     f.attn_pairs += n * c0 + n * (n + 1) / 2;  // causal: query i sees c0 + i + 1 keys
     f.context_tokens += c0 + n;                // the context is streamed once per step
   }
-  f.tokens = plan.n_tokens;
+  f.tokens = plan.num_tokens;
   f.seqs = double(plan.seqs.size());
-  f.samples = plan.n_samples;
+  f.samples = plan.num_samples;
   return f;
 }
 

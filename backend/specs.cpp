@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include <fmt/format.h>
+
 namespace tandem {
 
 int32_t ModelSpec::dtype_bytes() const {
@@ -15,6 +17,14 @@ double ModelSpec::linear_params() const {
   const double attn = h * q + 2.0 * h * kv + q * h;
   const double mlp = 3.0 * h * ffn;
   return layers * (attn + mlp);
+}
+
+std::string ModelSpec::tp_split_problem(int32_t tp) const {
+  if (tp < 1) return fmt::format("{} is not a rank count (at least 1)", tp);
+  if (heads % tp) return fmt::format("{} does not divide the model's heads ({})", tp, heads);
+  if (kv_heads % tp) return fmt::format("{} does not divide the model's KV heads ({})", tp, kv_heads);
+  if (ffn % tp) return fmt::format("{} does not divide the model's ffn ({})", tp, ffn);
+  return {};
 }
 
 namespace {

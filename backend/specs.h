@@ -29,8 +29,15 @@ struct ModelSpec {
   double embedding_params() const { return 2.0 * hidden * vocab; }
   double params() const { return linear_params() + embedding_params(); }
   double weight_bytes() const { return params() * dtype_bytes(); }
-  // K and V of one token, all layers.
-  double kv_bytes_per_token() const { return 2.0 * layers * kv_heads * head_dim() * dtype_bytes(); }
+  // K and V of one token, all layers, at the model dtype, or at `value_bytes` per element
+  // (the CPU backend stores fp32, the CUDA backend bf16), on one of `tp` ranks.
+  double kv_bytes_per_token() const { return kv_bytes_per_token(dtype_bytes()); }
+  double kv_bytes_per_token(int32_t value_bytes, int32_t tp = 1) const {
+    return 2.0 * layers * (kv_heads / tp) * head_dim() * value_bytes;
+  }
+  // Why the model cannot be split over `tp` ranks (heads, KV heads and ffn must divide),
+  // e.g. "4 does not divide the model's KV heads (6)"; empty when it can.
+  std::string tp_split_problem(int32_t tp) const;
 };
 
 // A cost model fitted to measured steps (tandem calibrate): step time as a linear function

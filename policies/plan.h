@@ -12,8 +12,8 @@ namespace tandem {
 
 struct ScheduledSeq {
   ReqId id = 0;
-  int32_t n_tokens = 0;           // tokens computed this step, starting at n_computed_before
-  int32_t n_computed_before = 0;  // tokens already in the KV cache (the context)
+  int32_t num_tokens = 0;           // tokens computed this step, starting at num_computed_before
+  int32_t num_computed_before = 0;  // tokens already in the KV cache (the context)
   bool samples = false;           // this step reaches the end of the sequence: sample a token
   std::span<const int32_t> block_table;  // KV block ids; valid until the scheduler next mutates
 };
@@ -22,11 +22,11 @@ constexpr Duration kIdleGap = 1'000'000;  // 1 ms
 
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;
-  int32_t n_tokens = 0;       // == sum of seqs[i].n_tokens
-  int32_t n_prefill_seqs = 0; // seqs still in their prompt (n_computed_before < prompt_len)
-  int32_t n_decode_seqs = 0;
-  int32_t n_samples = 0;
-  // Input token ids, seqs in order, n_tokens each. Attached by the engine for executors that
+  int32_t num_tokens = 0;       // == sum of seqs[i].num_tokens
+  int32_t num_prefill_seqs = 0; // seqs still in their prompt (num_computed_before < prompt_len)
+  int32_t num_decode_seqs = 0;
+  int32_t num_samples = 0;
+  // Input token ids, seqs in order, num_tokens each. Attached by the engine for executors that
   // compute (real backends); empty in simulated time. The scheduler never reads them.
   std::vector<Token> tokens;
   // The instance was idle (at least kIdleGap) before this step. Set by the engine; a real
@@ -36,7 +36,7 @@ struct StepPlan {
     seqs.clear();
     tokens.clear();
     after_idle = false;
-    n_tokens = n_prefill_seqs = n_decode_seqs = n_samples = 0;
+    num_tokens = num_prefill_seqs = num_decode_seqs = num_samples = 0;
   }
   bool empty() const { return seqs.empty(); }
 };

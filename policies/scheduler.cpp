@@ -85,9 +85,9 @@ void Scheduler::schedule_running() {
     if (n > budget_left_) continue;
     kv_.ensure_capacity(id, int64_t{r.num_computed} + n);
     plan_.seqs.push_back({id, n, r.num_computed, true, kv_.block_table(id)});
-    plan_.n_tokens += n;
-    ++plan_.n_samples;
-    ++(r.prefilling() ? plan_.n_prefill_seqs : plan_.n_decode_seqs);
+    plan_.num_tokens += n;
+    ++plan_.num_samples;
+    ++(r.prefilling() ? plan_.num_prefill_seqs : plan_.num_decode_seqs);
     budget_left_ -= n;
   }
 }
@@ -109,9 +109,9 @@ void Scheduler::admit_waiting(Time now) {
     r.first_scheduled = now;
     running_.push_back(id);
     plan_.seqs.push_back({id, r.prompt_len, 0, true, kv_.block_table(id)});
-    plan_.n_tokens += r.prompt_len;
-    ++plan_.n_samples;
-    ++plan_.n_prefill_seqs;
+    plan_.num_tokens += r.prompt_len;
+    ++plan_.num_samples;
+    ++plan_.num_prefill_seqs;
     budget_left_ -= r.prompt_len;
   }
 }
@@ -127,7 +127,7 @@ std::span<const ReqId> Scheduler::complete_step(Time now) {
   left_.clear();
   for (const ScheduledSeq& s : plan_.seqs) {
     Request& r = reqs_[static_cast<size_t>(s.id)];
-    r.num_computed += s.n_tokens;
+    r.num_computed += s.num_tokens;
     if (s.samples) ++r.generated;
   }
   // Who leaves: finished requests (continuous: at once; static: when the whole batch is done)

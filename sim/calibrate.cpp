@@ -136,7 +136,7 @@ std::vector<CalibrationPoint> grid_points(const ModelSpec& m, int reps_in, bool 
     max_tokens = std::max(max_tokens, t);
   }
   const int32_t bs = 16, blocks = max_tokens / bs;
-  cpu::check_fits_in_memory(m, 2.0 * m.layers * m.kv_heads * m.head_dim() * 4.0 * double(max_tokens));
+  cpu::check_fits_in_memory(m, m.kv_bytes_per_token(4) * double(max_tokens));  // fp32 K and V
   cpu::LlamaModel model(m, cpu::dummy_weights(m, 1), blocks, bs);
   Rng rng(2);
   // Fill the KV store once with real-looking values (never time on zeros).
@@ -149,7 +149,7 @@ std::vector<CalibrationPoint> grid_points(const ModelSpec& m, int reps_in, bool 
       const int32_t n = int32_t(table.size()) * bs;
       warm.clear();
       warm.seqs.push_back({0, n, 0, false, table});
-      warm.n_tokens = n;
+      warm.num_tokens = n;
       for (int32_t i = 0; i < n; ++i) warm.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
       std::vector<Token> s;
       model.forward(warm, warm.tokens, s);
@@ -169,8 +169,8 @@ std::vector<CalibrationPoint> grid_points(const ModelSpec& m, int reps_in, bool 
       const auto [c0, n] = g.seqs[i];
       for (int32_t b = 0; b < (c0 + n + bs - 1) / bs; ++b) tables[p][i].push_back(next++);
       plan.seqs.push_back({ReqId(i), n, c0, g.samples, tables[p][i]});
-      plan.n_tokens += n;
-      plan.n_samples += g.samples;
+      plan.num_tokens += n;
+      plan.num_samples += g.samples;
       for (int32_t k = 0; k < n; ++k) plan.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
     }
   }
@@ -218,7 +218,7 @@ std::vector<CalibrationPoint> live_points(const std::string& workload, const Exe
   memory_gb = w.hardware.memory_bytes / 1e9;
   WallClock clock;
   Engine e(w, generate_requests(w), *exec, clock);
-  struct Collect : RunObserver {
+  struct Collect : run_observer_i {
     std::vector<CalibrationPoint> pts;
     std::vector<Time> start, end;
     void on_step(const StepRecord& r) override {

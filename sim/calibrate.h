@@ -28,7 +28,7 @@ FittedCoefficients fit_cost_model(const std::vector<CalibrationPoint>& points);
 double predict_seconds(const FittedCoefficients& c, const PlanFeatures& f, bool after_idle);
 
 // Backends other than the CPU one, by name, as the CLI builds them for a workload (the CUDA
-// backend lives outside the core library). Live mode (--workload) runs on any of them; grid
+// backend is its own library, tandem_cuda, which tandem_sim does not link). Live mode (--workload) runs on any of them; grid
 // mode (--model) is CPU-only.
 using ExecutorFactory = std::function<std::unique_ptr<executor_i>(Workload&)>;
 int calibrate_command(const std::vector<std::string>& args, const std::map<std::string, ExecutorFactory>& backends = {});

@@ -8,15 +8,15 @@
 
 namespace tandem {
 
-class Clock {
+class clock_i {
  public:
-  virtual ~Clock() = default;
+  virtual ~clock_i() = default;
   virtual void advance_to(Time t) = 0;
   // Current time: the virtual clock's position, or the real time elapsed since start.
   virtual Time now() const = 0;
 };
 
-class VirtualClock final : public Clock {
+class VirtualClock final : public clock_i {
  public:
   void advance_to(Time t) override { now_ = t > now_ ? t : now_; }
   Time now() const override { return now_; }
@@ -25,7 +25,7 @@ class VirtualClock final : public Clock {
   Time now_ = 0;
 };
 
-class WallClock final : public Clock {
+class WallClock final : public clock_i {
  public:
   WallClock() : start_(std::chrono::steady_clock::now()) {}
   void advance_to(Time t) override { std::this_thread::sleep_until(start_ + std::chrono::nanoseconds(t)); }

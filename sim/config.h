@@ -8,15 +8,10 @@
 #include <vector>
 
 #include "backend/specs.h"
+#include "sim/error.h"
 #include "policies/scheduler.h"
 
 namespace tandem {
-
-// Bad input: the CLI turns this into exit status 2 with the message.
-class InputError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // A length (or delay) distribution. Values are rounded to integers where lengths are drawn.
 struct DistSpec {

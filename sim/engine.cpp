@@ -13,7 +13,7 @@ SchedulerConfig scheduler_config(const Workload& w) {
 }
 }  // namespace
 
-Engine::Engine(const Workload& w, RequestSet requests, executor_i& executor, Clock& clock)
+Engine::Engine(const Workload& w, RequestSet requests, executor_i& executor, clock_i& clock)
     : w_(w),
       set_(std::move(requests)),
       exec_(executor),
@@ -87,7 +87,7 @@ void Engine::on(const StepDone&) {
     if (!outputs_.empty() && k < inflight_result_.sampled.size()) outputs_[size_t(s.id)].push_back(inflight_result_.sampled[k]);
     ++k;
   }
-  for (RunObserver* o : observers_) o->on_step(inflight_);
+  for (run_observer_i* o : observers_) o->on_step(inflight_);
   for (ReqId id : sched_.complete_step(now_)) done(set_.requests[size_t(id)]);
 }
 
@@ -103,9 +103,9 @@ void Engine::start_step_if_idle() {
     throw std::runtime_error(fmt::format("step {} at t={:.6f}s failed in the {} backend: {}", steps_, to_seconds(now_),
                                          exec_.name(), e.what()));
   }
-  if (exec_.needs_tokens() && int32_t(inflight_result_.sampled.size()) != plan.n_samples)
+  if (exec_.needs_tokens() && int32_t(inflight_result_.sampled.size()) != plan.num_samples)
     throw std::runtime_error(fmt::format("the {} backend returned {} tokens for {} sampling sequences", exec_.name(),
-                                         inflight_result_.sampled.size(), plan.n_samples));
+                                         inflight_result_.sampled.size(), plan.num_samples));
   inflight_.index = steps_++;
   inflight_.start = now_;
   inflight_.elapsed = inflight_result_.elapsed;
@@ -123,17 +123,17 @@ void Engine::start_step_if_idle() {
 
 void Engine::attach_tokens(StepPlan& plan) {
   plan.tokens.clear();
-  plan.tokens.reserve(size_t(plan.n_tokens));
+  plan.tokens.reserve(size_t(plan.num_tokens));
   for (const ScheduledSeq& s : plan.seqs) {
     const Request& r = set_.requests[size_t(s.id)];
     const auto& out = outputs_[size_t(s.id)];
-    for (int32_t p = s.n_computed_before; p < s.n_computed_before + s.n_tokens; ++p)
+    for (int32_t p = s.num_computed_before; p < s.num_computed_before + s.num_tokens; ++p)
       plan.tokens.push_back(p < r.prompt_len ? prompt_.at(r, p) : out[size_t(p - r.prompt_len)]);
   }
 }
 
 void Engine::done(const Request& r) {
-  for (RunObserver* o : observers_) o->on_request_done(r);
+  for (run_observer_i* o : observers_) o->on_request_done(r);
 }
 
 }  // namespace tandem

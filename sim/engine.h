@@ -29,17 +29,17 @@ struct StepRecord {
   int32_t kv_used = 0, kv_reserved = 0, kv_capacity = 0, waiting = 0, running = 0;  // after planning
 };
 
-class RunObserver {
+class run_observer_i {
  public:
-  virtual ~RunObserver() = default;
+  virtual ~run_observer_i() = default;
   virtual void on_step(const StepRecord&) {}
   virtual void on_request_done(const Request&) {}
 };
 
 class Engine {
  public:
-  Engine(const Workload& w, RequestSet requests, executor_i& executor, Clock& clock);
-  void add_observer(RunObserver* o) { observers_.push_back(o); }
+  Engine(const Workload& w, RequestSet requests, executor_i& executor, clock_i& clock);
+  void add_observer(run_observer_i* o) { observers_.push_back(o); }
   // Real backends: also price every step with this cost model, so steps.csv shows the
   // modelled time beside the measured one (where a simulation would go wrong, step by step).
   void set_shadow_cost_model(std::unique_ptr<cost_model_i> m) { shadow_ = std::move(m); }
@@ -63,12 +63,12 @@ class Engine {
   const Workload& w_;
   RequestSet set_;
   executor_i& exec_;
-  Clock& clock_;
+  clock_i& clock_;
   KvCache kv_;
   Scheduler sched_;
   EventQueue events_;
   MetricsRecorder metrics_;
-  std::vector<RunObserver*> observers_;
+  std::vector<run_observer_i*> observers_;
   std::unique_ptr<cost_model_i> shadow_;
   std::vector<std::vector<Token>> outputs_;
   PromptTokens prompt_;

@@ -74,8 +74,8 @@ int generate_command(const std::vector<std::string>& args) {
   for (int32_t pos = 0; pos + 1 < total; ++pos) {
     StepPlan plan;
     plan.seqs.push_back({0, 1, pos, true, table});
-    plan.n_tokens = 1;
-    plan.n_samples = 1;
+    plan.num_tokens = 1;
+    plan.num_samples = 1;
     plan.tokens = {seq[size_t(pos)]};
     sampled.clear();
     model.forward(plan, plan.tokens, sampled, &logits);

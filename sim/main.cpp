@@ -28,12 +28,29 @@ namespace {
 constexpr const char* kUsage =
     "usage:\n"
     "  tandem run WORKLOAD.yaml [--backend sim|cpu|cuda] [--clock wall|virtual] [--threads N]\n"
-    "             [--set KEY=VALUE ...] [--out DIR] [--quiet]\n"
+    "             [--set KEY=VALUE ...] [--out DIR [--trace full|steps|requests|none]] [--quiet]\n"
     "  tandem validate WORKLOAD.yaml [--set KEY=VALUE ...]\n"
     "  tandem compare RUN_DIR_A RUN_DIR_B\n"
     "  tandem calibrate --backend cpu --model PRESET --out PROFILE.yaml [--threads N] [--quick]\n"
     "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml\n"
     "  tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [--max-tokens N] [--logits-out FILE]\n";
+
+#ifdef TANDEM_HAVE_CUDA
+// The CUDA executor for a workload: its options from the engine section.
+std::unique_ptr<executor_i> cuda_executor_for(Workload& w) {
+  const EngineSpec& e = w.engine;
+  cuda::CudaExecutorOptions opt;
+  opt.kv_blocks = e.resolved_kv_blocks;
+  opt.block_size = e.block_size;
+  opt.tp = e.tp;
+  opt.deterministic = e.deterministic;
+  opt.cuda_graph = e.cuda_graph;
+  opt.mma_attention = e.cuda_attention == "mma";
+  opt.max_step_tokens = e.max_num_batched_tokens;
+  opt.max_step_seqs = e.max_num_seqs;
+  return cuda::make_cuda_executor(w.model, w.seed, opt);
+}
+#endif
 
 std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
   std::vector<Override> out;
@@ -53,6 +70,7 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
       "threads", po::value<int>()->default_value(0), "CPU backend threads (0: all cores)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a workload key: --set engine.max_num_seqs=8")(
       "out", po::value<std::string>(), "write summary.json, requests.csv, steps.csv, trace.json here")(
+      "trace", po::value<std::string>()->default_value("full"), "trace.json detail: full, steps, requests or none")(
       "quiet", po::bool_switch(), "no summary table on stdout");
   po::positional_options_description pos;
   pos.add("workload", 1);
@@ -77,7 +95,7 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
                                      w.engine.deterministic, w.engine.tp);
   } else if (backend == "cuda") {
 #ifdef TANDEM_HAVE_CUDA
-    exec = cuda::make_cuda_executor(w.model, w.seed, w.engine);
+    exec = cuda_executor_for(w);
 #else
     throw InputError("--backend cuda: this build has no CUDA backend (configure with -Dcuda=enabled where nvcc, "
                      "cuBLAS and NCCL are installed)");
@@ -88,7 +106,8 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   const std::string clock_name = vm.count("clock") ? vm["clock"].as<std::string>() : (exec->simulated() ? "virtual" : "wall");
   if (clock_name != "wall" && clock_name != "virtual") throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
   if (clock_name == "wall" && exec->simulated()) throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");
-  std::unique_ptr<Clock> clock;
+  const TraceDetail trace_detail = parse_trace_detail(vm["trace"].as<std::string>());
+  std::unique_ptr<clock_i> clock;
   if (clock_name == "wall") clock = std::make_unique<WallClock>();
   else clock = std::make_unique<VirtualClock>();
   RequestSet rs = generate_requests(w);
@@ -96,7 +115,7 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   if (!exec->simulated()) engine.set_shadow_cost_model(make_cost_model(w.model, w.hardware, w.engine.tp));
   std::unique_ptr<RunOutputs> outputs;
   if (vm.count("out")) {
-    outputs = std::make_unique<RunOutputs>(vm["out"].as<std::string>());
+    outputs = std::make_unique<RunOutputs>(vm["out"].as<std::string>(), trace_detail);
     engine.add_observer(outputs.get());
   }
   Summary s;
@@ -129,7 +148,7 @@ int main(int argc, char** argv) {
     if (cmd == "calibrate") {
       std::map<std::string, ExecutorFactory> backends;
 #ifdef TANDEM_HAVE_CUDA
-      backends["cuda"] = [](Workload& w) { return cuda::make_cuda_executor(w.model, w.seed, w.engine); };
+      backends["cuda"] = cuda_executor_for;
 #endif
       return calibrate_command(rest, backends);
     }

@@ -2,12 +2,18 @@
 // requests.csv, steps.csv and trace.json (Chrome / Perfetto). Keys and columns are a
 // contract (DESIGN.md); add to them, never rename.
 #pragma once
+#include <condition_variable>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
 
 #include "sim/engine.h"
 #include "sim/metrics.h"
@@ -17,22 +23,89 @@ namespace tandem {
 nlohmann::json summary_json(const Summary& s, const Workload& w);
 void print_summary(std::ostream& os, const Summary& s);
 
-// Streams steps.csv and trace.json while the run goes; requests.csv and summary.json at the end.
-class RunOutputs final : public RunObserver {
+// How much of the run trace.json holds (`tandem run --trace`); each level holds the one
+// before. None: no trace.json. Requests: the queue, batch and KV counters and each
+// request's queued / prefill / decode spans. Steps: also one slice per step on its
+// instance's track. Full: also each step slice's args (seqs, tokens, prefill_seqs).
+enum class TraceDetail { None, Requests, Steps, Full };
+TraceDetail parse_trace_detail(const std::string& s);  // throws InputError
+
+// Writes steps.csv and the trace's step events while the run goes, requests.csv, the
+// request spans and summary.json at the end. on_step only copies a step's numbers; a
+// writer thread formats them and writes the files in large chunks, off the event loop.
+class RunOutputs final : public run_observer_i {
  public:
-  explicit RunOutputs(const std::string& dir);  // creates the folder; throws on failure
+  // Creates the folder; throws InputError when it cannot be made or written.
+  explicit RunOutputs(const std::string& dir, TraceDetail trace = TraceDetail::Full);
+  ~RunOutputs() override;
+  RunOutputs(const RunOutputs&) = delete;
+  RunOutputs& operator=(const RunOutputs&) = delete;
   void on_step(const StepRecord& r) override;
+  // Waits for the writer, then writes the rest. Throws std::runtime_error if a write failed.
   void finish(const Engine& e, const Summary& s, const Workload& w);
+
+  // One step as the writer needs it (the plan is gone by the time it is written).
+  struct StepRow {
+    int64_t index;
+    Time start;
+    Duration elapsed;
+    StepCost cost;
+    double attn_pairs, context_tokens;
+    int32_t instance, seqs, prefill_seqs, decode_seqs, tokens, samples;
+    int32_t kv_used, kv_reserved, kv_capacity, waiting, running;
+    bool after_idle;
+  };
+  // A file written from a large in-memory buffer: room(n) gives n writable bytes, commit(end)
+  // keeps what was written up to `end`; full chunks go out in one write. Without a file (f
+  // null) the buffer only grows.
+  struct File {
+    std::FILE* f = nullptr;
+    bool failed = false;
+    std::unique_ptr<char[]> data;
+    size_t len = 0, cap = 0;
+    bool open(const std::string& path);
+    char* room(size_t n) {
+      if (cap - len < n) make_room(n);
+      return data.get() + len;
+    }
+    void commit(const char* end) { len = size_t(end - data.get()); }
+    void append(std::string_view s);
+    void maybe_flush() {
+      if (f && len >= kChunk) flush();
+    }
+    void flush();
+    bool close();  // false if any write failed
+    ~File();
+    static constexpr size_t kChunk = size_t(1) << 20;
+
+   private:
+    void make_room(size_t n);
+  };
 
  private:
   std::string dir_;
-  std::ofstream steps_, trace_;
-  bool first_trace_event_ = true;
-  void trace_event(const nlohmann::json& ev);
+  TraceDetail detail_;
+  File steps_, trace_;
+  struct StepFormatter;
+  std::unique_ptr<StepFormatter> formatter_;  // the writer thread's
+
+  // Main thread fills `pending_`; full batches go through `queue_` to the writer thread.
+  std::vector<StepRow> pending_;
+  std::vector<std::vector<StepRow>> queue_, spare_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr writer_error_;
+  std::thread writer_;
+
+  void submit_pending();
+  void stop_writer();
+  void writer_loop();
+  void write_rows(const std::vector<StepRow>& rows);
 };
 
 // Progress on stderr, at most twice a second, only when stderr is a terminal.
-class ProgressReporter final : public RunObserver {
+class ProgressReporter final : public run_observer_i {
  public:
   explicit ProgressReporter(int64_t total_requests);
   ~ProgressReporter() override;

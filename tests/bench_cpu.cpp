@@ -52,8 +52,8 @@ StepBench run_step(LlamaModel& model, int seqs, int n, int ctx, int reps) {
   for (int s = 0; s < seqs; ++s) {
     for (int b = 0; b < (ctx + n + 15) / 16; ++b) tables[size_t(s)].push_back(next++);
     plan.seqs.push_back({s, n, ctx, true, tables[size_t(s)]});
-    plan.n_tokens += n;
-    plan.n_samples += 1;
+    plan.num_tokens += n;
+    plan.num_samples += 1;
     for (int i = 0; i < n; ++i) plan.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
   }
   std::vector<Token> out;
@@ -62,7 +62,7 @@ StepBench run_step(LlamaModel& model, int seqs, int n, int ctx, int reps) {
   const double flops = 2.0 * m.linear_params() * f.tokens + 2.0 * m.hidden * double(m.vocab) * f.samples +
                        4.0 * m.layers * m.heads * m.head_dim() * f.attn_pairs;
   const double bytes = 4.0 * (m.linear_params() + double(m.hidden) * m.vocab) +
-                       2.0 * m.layers * m.kv_heads * m.head_dim() * 4.0 * f.context_tokens;
+                       m.kv_bytes_per_token(4) * f.context_tokens;  // fp32 K and V
   return {s, flops, bytes};
 }
 }  // namespace

@@ -108,8 +108,8 @@ struct StepTimer {
     for (int32_t s = 0; s < seqs; ++s) {
       for (int32_t b = 0; b < blocks_per_seq; ++b) tables[size_t(s)].push_back(s * blocks_per_seq + b);
       plan.seqs.push_back({s, n, context, true, tables[size_t(s)]});
-      plan.n_tokens += n;
-      plan.n_samples += 1;
+      plan.num_tokens += n;
+      plan.num_samples += 1;
       for (int32_t i = 0; i < n; ++i) plan.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
     }
     std::vector<double> ms;
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> prefills = quick ? std::vector<int32_t>{512} : std::vector<int32_t>{512, 2048, 8192};
     const int32_t max_batch = batches.back();
     const double linear = m.linear_params(), head = double(m.hidden) * m.vocab;
-    const double kv_token = 2.0 * m.layers * m.kv_heads * m.head_dim() * 2.0;  // bf16 K and V, all layers
+    const double kv_token = m.kv_bytes_per_token(2);  // bf16 K and V, all layers
     const double attn_flops_per_pair = 4.0 * m.head_dim() * m.heads * m.layers;  // QK and PV, per (query, key)
     // Deterministic mode pins one GEMM algorithm per shape, chosen for a step of pin_tokens
     // tokens: a small pin favours decode (more thread blocks per skinny GEMM), a large one

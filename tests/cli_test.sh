@@ -88,6 +88,26 @@ for key in ttft_ms tpot_ms itl_ms e2e_ms throughput requests prefix_cache backen
   if grep -q "\"$key\"" "$tmp/a/summary.json"; then passes=$((passes + 1)); else echo "FAIL: summary.json lacks $key"; fails=$((fails + 1)); fi
 done
 expect 0 "ttft_ms.p99 .*%" -- compare "$tmp/a" "$tmp/b"
+# check NAME COMMAND...: one pass or fail by the command's exit status.
+check() {
+  local name=$1
+  shift
+  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $name"; fails=$((fails + 1)); fi
+}
+# --trace: trace.json's detail (default full); the CSV files do not depend on it.
+if command -v python3 >/dev/null; then
+  check "trace.json is valid JSON" python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/a/trace.json"
+fi
+check "default trace has step slices with args and request spans" \
+  grep -q '"ph":"X".*"args":{"seqs":.*"cat":"request"' <(tr -d '\n' <"$tmp/a/trace.json")
+expect 2 "--trace verbose: expected none, requests, steps or full" -- run "$q" --trace verbose
+expect 0 "" -- run "$q" --set requests.count=50 --out "$tmp/t" --trace requests --quiet
+check "--trace requests: request spans and counters, no step slices" \
+  bash -c "grep -q '\"cat\":\"request\"' '$tmp/t/trace.json' && grep -q '\"ph\":\"C\"' '$tmp/t/trace.json' && ! grep -q '\"ph\":\"X\"' '$tmp/t/trace.json'"
+expect 0 "" -- run "$q" --set requests.count=50 --out "$tmp/t" --trace none --quiet
+check "--trace none: no trace.json (an earlier one removed)" test ! -e "$tmp/t/trace.json"
+check "steps.csv and requests.csv do not depend on --trace" \
+  bash -c "cmp -s '$tmp/a/steps.csv' '$tmp/t/steps.csv' && cmp -s '$tmp/a/requests.csv' '$tmp/t/requests.csv'"
 # The CPU backend writes each request's output token ids.
 expect 0 "backend cpu" -- run "$src/workloads/golden_small.yaml" --backend cpu --clock virtual --set requests.count=6 --out "$tmp/cpu"
 if awk -F, 'NR>1 && $7=="finished" { n=split($16, t, " "); if (n != $6) bad=1 } END { exit bad }' "$tmp/cpu/requests.csv" &&

@@ -30,8 +30,8 @@ class StepHarness {
     for (auto& [s, n] : work) {
       grow(*s, s->computed + n);
       plan.seqs.push_back({0, n, s->computed, true, s->table});
-      plan.n_tokens += n;
-      plan.n_samples += 1;
+      plan.num_tokens += n;
+      plan.num_samples += 1;
       for (int32_t i = 0; i < n; ++i) plan.tokens.push_back(s->tokens.at(size_t(s->computed + i)));  // checked: a test bug throws
     }
     std::vector<Token> sampled;

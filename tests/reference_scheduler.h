@@ -22,7 +22,7 @@ struct RefConfig {
 
 struct RefSeq {
   ReqId id;
-  int n_tokens, n_computed_before;
+  int num_tokens, num_computed_before;
   bool samples;
   std::vector<int> blocks;
   bool operator==(const RefSeq&) const = default;
@@ -108,7 +108,7 @@ class ReferenceScheduler {
     in_flight_ = false;
     for (const RefSeq& s : last_plan_) {
       Request& r = reqs_[s.id];
-      r.num_computed += s.n_tokens;
+      r.num_computed += s.num_tokens;
       if (s.samples) ++r.generated;
     }
     auto cancelled = [&](ReqId id) { return std::find(pending_cancel_.begin(), pending_cancel_.end(), id) != pending_cancel_.end(); };

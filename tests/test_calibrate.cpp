@@ -73,8 +73,8 @@ requests: {count: 1, arrival: {process: burst}, prompt_len: 10, output_len: 2}
   auto model = make_cost_model(w.model, w.hardware);
   StepPlan p;
   p.seqs.push_back({0, 10, 0, true, {}});
-  p.n_tokens = 10;
-  p.n_samples = 1;
+  p.num_tokens = 10;
+  p.num_samples = 1;
   // 100 + 10*10 + 1*1 + 55 pairs*1ns + 10 ctx*2ns + 3 = 204.075 us
   CHECK(model->estimate(p).total_s() == doctest::Approx(204.075e-6).epsilon(1e-9));
   std::string other = prof;

@@ -12,30 +12,17 @@
 #include "backend/cpu/llama.h"
 #include "sim/rng.h"
 #include "tests/model_harness.h"
+#include "tests/small_models.h"
 
 using namespace tandem;
 using namespace tandem::cpu;
 
 namespace {
 
-ModelSpec tiny() {
-  // Odd sizes on purpose: K tails (hidden 200 = 25 x 8; ffn 340 = 42 x 8 + 4) and ragged N.
-  ModelSpec m;
-  m.name = "test";
-  m.layers = 2;
-  m.hidden = 200;
-  m.heads = 5;
-  m.kv_heads = 1;
-  m.ffn = 340;
-  m.vocab = 997;
-  m.dtype = "fp32";
-  m.max_model_len = 1024;
-  return m;
-}
-
 using testing::bit_equal;
 using testing::random_tokens;
 using testing::Seq;
+using testing::small_model;
 
 // A CPU model with dummy weights (seed 11) and a harness over it.
 struct ModelHolder {
@@ -87,7 +74,7 @@ TEST_CASE("gemm_nt: each element is identical whatever the number of rows and th
 }
 
 TEST_CASE("contract (a): logits alone == logits in batches with random other requests") {
-  const ModelSpec m = tiny();
+  const ModelSpec m = small_model();
   Rng rng(5);
   Harness alone(m);
   Seq a{random_tokens(rng, 37, m.vocab), {}, 0};
@@ -124,7 +111,7 @@ TEST_CASE("contract (a): logits alone == logits in batches with random other req
 }
 
 TEST_CASE("contract (b): prompt at once == prompt in chunks of 1, 7, 16, 100") {
-  const ModelSpec m = tiny();
+  const ModelSpec m = small_model();
   Rng rng(6);
   const std::vector<Token> prompt = random_tokens(rng, 230, m.vocab);
   Harness h0(m);
@@ -140,7 +127,7 @@ TEST_CASE("contract (b): prompt at once == prompt in chunks of 1, 7, 16, 100") {
 }
 
 TEST_CASE("contract (c): a prefix computed == the same prefix taken from another request's blocks") {
-  const ModelSpec m = tiny();
+  const ModelSpec m = small_model();
   Rng rng(7);
   const std::vector<Token> shared = random_tokens(rng, 48, m.vocab);  // three full blocks of 16
   std::vector<Token> ta = shared, tb = shared;
@@ -159,7 +146,7 @@ TEST_CASE("contract (c): a prefix computed == the same prefix taken from another
 }
 
 TEST_CASE("the unconstrained Eigen path computes the same function (not bit for bit)") {
-  const ModelSpec m = tiny();
+  const ModelSpec m = small_model();
   Rng rng(8);
   const std::vector<Token> p = random_tokens(rng, 64, m.vocab);
   Harness a(m), b(m);
@@ -171,11 +158,7 @@ TEST_CASE("the unconstrained Eigen path computes the same function (not bit for 
 
 namespace {
 ModelSpec tp_model() {  // divisible by 4 ranks: 8 heads, 4 KV heads, ffn 344
-  ModelSpec m = tiny();
-  m.heads = 8;
-  m.kv_heads = 4;
-  m.ffn = 344;
-  return m;
+  return small_model({.heads = 8, .kv_heads = 4, .ffn = 344});
 }
 }  // namespace
 

@@ -24,6 +24,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/specs.h"
 #include "sim/rng.h"
+#include "tests/small_models.h"
 
 namespace {
 
@@ -191,10 +192,8 @@ TEST_CASE("cuda kernels: rope_store_kv rotates q and k and scatters k and v into
   Rng rng(303);
   for (const Case c : {Case{8, 2, 128}, Case{12, 4, 64}}) {
     CAPTURE(c.hd);
-    tandem::ModelSpec m;
-    m.hidden = c.heads * c.hd;
-    m.heads = c.heads;
-    m.kv_heads = c.kv_heads;
+    tandem::ModelSpec m =
+        tandem::testing::small_model({.heads = c.heads, .kv_heads = c.kv_heads, .hidden = c.heads * c.hd});
     m.rope_theta = 500000.0;
     m.max_model_len = 2048;
     REQUIRE(m.head_dim() == c.hd);
@@ -410,8 +409,20 @@ std::vector<std::vector<bf16>> attend(bool mma, const KvHost& kv, const DeviceBu
   const DeviceBuffer<tc::AttentionTile> d_tiles = upload(tiles);
   DeviceBuffer<bf16> d_out(size_t(T * w));
   poison(d_out);
-  (mma ? tc::paged_attention_mma : tc::paged_attention)(d_qkv.get(), stride, d_k.get(), d_v.get(), d_tables.get(), int32_t(width), kBlockSize,
-                      d_tiles.get(), int32_t(tiles.size()), c.heads, c.kv_heads, c.hd, d_out.get(), kStream);
+  const tc::AttentionArgs args{.qkv = d_qkv.get(),
+                               .qkv_stride = stride,
+                               .k_cache = d_k.get(),
+                               .v_cache = d_v.get(),
+                               .block_tables = d_tables.get(),
+                               .table_width = int32_t(width),
+                               .block_size = kBlockSize,
+                               .tiles = d_tiles.get(),
+                               .n_tiles = int32_t(tiles.size()),
+                               .heads = c.heads,
+                               .kv_heads = c.kv_heads,
+                               .head_dim = c.hd,
+                               .out = d_out.get()};
+  (mma ? tc::paged_attention_mma : tc::paged_attention)(args, kStream);
   const std::vector<bf16> out = download(d_out);
   CHECK_MESSAGE(count_nonfinite(out) == 0, "attention output not all written (or NaN)");
 

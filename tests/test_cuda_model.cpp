@@ -24,6 +24,7 @@
 #include "sim/rng.h"
 #include "sim/workload_gen.h"
 #include "tests/model_harness.h"
+#include "tests/small_models.h"
 #include "tests/test_helpers.h"
 
 using namespace tandem;
@@ -32,18 +33,8 @@ namespace {
 
 // Head sizes the kernel takes (64 here; the golden workload's tiny model has 32), a ragged
 // ffn, GQA groups of 2 and of 4.
-ModelSpec small_model(int32_t heads, int32_t kv_heads, int32_t hidden) {
-  ModelSpec m;
-  m.name = "test";
-  m.layers = 2;
-  m.hidden = hidden;
-  m.heads = heads;
-  m.kv_heads = kv_heads;
-  m.ffn = 340;
-  m.vocab = 997;
-  m.dtype = "bf16";
-  m.max_model_len = 1024;
-  return m;
+ModelSpec bf16_model(int32_t heads, int32_t kv_heads, int32_t hidden) {
+  return testing::small_model({.heads = heads, .kv_heads = kv_heads, .hidden = hidden, .dtype = "bf16"});
 }
 
 // The weights both backends use: the CPU model computes in fp32 on the bf16 values.
@@ -112,7 +103,7 @@ double logits_rel_err(const ModelSpec& m, const cuda::CudaModelOptions& a, const
 
 TEST_CASE("CUDA model vs the CPU twin: logits within bf16 tolerance over a prefill and 12 decode steps") {
   for (const auto kernel : kAttentionKernels)
-  for (const ModelSpec& m : {small_model(4, 2, 256), small_model(4, 1, 512)}) {
+  for (const ModelSpec& m : {bf16_model(4, 2, 256), bf16_model(4, 1, 512)}) {
     const cpu::LlamaWeights w = bf16_weights(m, 5);
     cpu::LlamaModel ref(m, w, 256, 16);
     cuda::CudaModel gpu(m, &w, 0, 256, 16, opts(true, 1, false, kernel));
@@ -143,7 +134,7 @@ TEST_CASE("CUDA model vs the CPU twin: logits within bf16 tolerance over a prefi
 TEST_CASE("contract on the GPU: alone == batched, at once == chunked, computed prefix == shared blocks (bit for bit)") {
   for (const auto kernel : kAttentionKernels) {
   CAPTURE(name(kernel));
-  const ModelSpec m = small_model(4, 1, 512);
+  const ModelSpec m = bf16_model(4, 1, 512);
   cuda::CudaModel gpu(m, nullptr, 9, 512, 16, opts(true, 1, false, kernel));
   Harness<cuda::CudaModel> h(gpu);
   Rng rng(23);
@@ -176,7 +167,7 @@ TEST_CASE("contract on the GPU: alone == batched, at once == chunked, computed p
 }
 
 TEST_CASE("the own tensor-core GEMM (deterministic fallback) in the model: CPU twin within tolerance, contract bit for bit") {
-  const ModelSpec m = small_model(4, 1, 512);
+  const ModelSpec m = bf16_model(4, 1, 512);
   const cpu::LlamaWeights w = bf16_weights(m, 8);
   cuda::CudaModelOptions o = opts();
   o.gemm_own_kernel = true;
@@ -198,7 +189,7 @@ TEST_CASE("the own tensor-core GEMM (deterministic fallback) in the model: CPU t
 }
 
 TEST_CASE("TP 1 through the NCCL communicator == the plain path, bit for bit") {
-  const ModelSpec m = small_model(4, 2, 256);
+  const ModelSpec m = bf16_model(4, 2, 256);
   cuda::CudaModel plain(m, nullptr, 3, 128, 16, opts());
   cuda::CudaModel nccl(m, nullptr, 3, 128, 16, opts(true, 1, true));
   Harness<cuda::CudaModel> hp(plain), hn(nccl);
@@ -218,13 +209,13 @@ TEST_CASE("TP 2 on two GPUs matches TP 1 within tolerance (where two GPUs exist)
     MESSAGE("SKIP TP 2: ", cuda::device_count(), " GPU here; NCCL needs one GPU per rank");
     return;
   }
-  const double err = logits_rel_err(small_model(4, 2, 256), opts(), opts(true, 2), 3, 8, 64);
+  const double err = logits_rel_err(bf16_model(4, 2, 256), opts(), opts(true, 2), 3, 8, 64);
   MESSAGE("TP 2 vs TP 1 logits rel err ", err);
   CHECK(err < 2e-2);
 }
 
 TEST_CASE("fast mode (cuBLAS heuristics per size) computes the same function, not bit for bit") {
-  const double err = logits_rel_err(small_model(4, 2, 256), opts(true), opts(false), 6, 12, 200);
+  const double err = logits_rel_err(bf16_model(4, 2, 256), opts(true), opts(false), 6, 12, 200);
   MESSAGE("fast vs deterministic logits rel err ", err);
   CHECK(err < 2e-2);
 }
@@ -300,7 +291,7 @@ TEST_CASE("golden on the GPU: static vs continuous, CUDA Graphs on and off, toke
 }
 
 TEST_CASE("the two attention kernels compute the same function (not bit for bit)") {
-  const double err = logits_rel_err(small_model(4, 1, 512), opts(true, 1, false, cuda::AttentionKernel::Simt),
+  const double err = logits_rel_err(bf16_model(4, 1, 512), opts(true, 1, false, cuda::AttentionKernel::Simt),
                                     opts(true, 1, false, cuda::AttentionKernel::Mma), 2, 31, 300);
   MESSAGE("mma vs simt attention, logits rel err ", err);
   CHECK(err < 2e-2);

@@ -44,7 +44,7 @@ Case random_case(uint64_t seed) {
 
 std::vector<RefSeq> to_ref(const StepPlan& p) {
   std::vector<RefSeq> out;
-  for (const auto& s : p.seqs) out.push_back({s.id, s.n_tokens, s.n_computed_before, s.samples, {s.block_table.begin(), s.block_table.end()}});
+  for (const auto& s : p.seqs) out.push_back({s.id, s.num_tokens, s.num_computed_before, s.samples, {s.block_table.begin(), s.block_table.end()}});
   return out;
 }
 
@@ -74,7 +74,7 @@ TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 rand
       const StepPlan& p = fast.schedule(step);
       const auto rp = ref.schedule();
       REQUIRE(to_ref(p) == rp);
-      total_admitted += p.n_prefill_seqs;
+      total_admitted += p.num_prefill_seqs;
       // ... and sometimes while the step is in flight.
       if (rng.uniform() < 0.05) {
         const ReqId v = ReqId(rng.uniform_int(0, int64_t(a.size()) - 1));

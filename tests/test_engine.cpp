@@ -25,14 +25,14 @@ struct Run {
   }
 };
 
-struct InvariantChecker : RunObserver {
+struct InvariantChecker : run_observer_i {
   int64_t steps = 0, done = 0;
   Time last_start = -1;
   void on_step(const StepRecord& r) override {
     ++steps;
     REQUIRE(r.kv_used + r.kv_reserved <= r.kv_capacity);  // held + reserved never exceed the cache
     REQUIRE(r.start >= last_start);
-    REQUIRE(r.plan->n_tokens > 0);
+    REQUIRE(r.plan->num_tokens > 0);
     last_start = r.start;
   }
   void on_request_done(const Request& r) override {
@@ -149,8 +149,8 @@ requests: {count: 1, arrival: {process: burst}, prompt_len: 1000, output_len: 11
   const Request& r = run.engine->requests()[0];
   StepPlan prefill;
   prefill.seqs.push_back({0, 1000, 0, true, {}});
-  prefill.n_tokens = 1000;
-  prefill.n_samples = 1;
+  prefill.num_tokens = 1000;
+  prefill.num_samples = 1;
   AnalyticalCostModel m(run.w.model, run.w.hardware);
   CHECK(r.first_token == from_seconds(m.estimate(prefill).total_s()));
   CHECK(s.steps == 11);
@@ -198,8 +198,8 @@ TEST_CASE("the cost model charges tensor parallelism: compute over N, two all-re
                                     "prompt_len: 10, output_len: 2}\n", "w.yaml");
   StepPlan p;
   p.seqs.push_back({0, 2048, 0, true, {}});
-  p.n_tokens = 2048;
-  p.n_samples = 1;
+  p.num_tokens = 2048;
+  p.num_samples = 1;
   const StepCost one = AnalyticalCostModel(w.model, w.hardware, 1).estimate(p);
   const StepCost two = AnalyticalCostModel(w.model, w.hardware, 2).estimate(p);
   CHECK(one.comm_s == 0);

@@ -116,13 +116,13 @@ TEST_CASE("continuous: head-of-line request blocks the queue (no overtaking)") {
   const StepPlan& p = s.schedule(0);
   // 100 fits the 120-token budget; 90 does not fit the 20 left, and 5 may not overtake it.
   REQUIRE(p.seqs.size() == 1);
-  CHECK(p.n_tokens == 100);
+  CHECK(p.num_tokens == 100);
   s.complete_step(1);
   const StepPlan& p2 = s.schedule(1);
   CHECK(p2.seqs.size() == 3);  // 1 decode + 90 + 5 = 96 tokens
-  CHECK(p2.n_tokens == 96);
-  CHECK(p2.n_decode_seqs == 1);
-  CHECK(p2.n_prefill_seqs == 2);
+  CHECK(p2.num_tokens == 96);
+  CHECK(p2.num_decode_seqs == 1);
+  CHECK(p2.num_prefill_seqs == 2);
 }
 
 TEST_CASE("static: the batch leaves together and nobody joins while it runs") {
@@ -207,9 +207,9 @@ TEST_CASE("decode-only steps: one token per running request, no admission when n
   s.complete_step(1);
   const StepPlan& p = s.schedule(1);
   REQUIRE(p.seqs.size() == 2);
-  CHECK(p.n_tokens == 2);
-  CHECK(p.n_decode_seqs == 2);
-  CHECK(p.seqs[0].n_computed_before == 30);
+  CHECK(p.num_tokens == 2);
+  CHECK(p.num_decode_seqs == 2);
+  CHECK(p.seqs[0].num_computed_before == 30);
   CHECK(p.seqs[0].block_table.size() == 2);  // position 30 is in block 1
-  CHECK(p.seqs[1].n_computed_before == 20);
+  CHECK(p.seqs[1].num_computed_before == 20);
 }

@@ -34,7 +34,7 @@ StepMetaShape shape16() { return StepMetaShape{16, 8, 16, 64, 1000, 128}; }
 
 void add(StepPlan& p, const std::vector<int32_t>& table, int32_t n, int32_t before, bool samples, Token first_token) {
   p.seqs.push_back({ReqId(p.seqs.size()), n, before, samples, table});
-  p.n_tokens += n;
+  p.num_tokens += n;
   for (int32_t i = 0; i < n; ++i) p.tokens.push_back(first_token + i);
 }
 
@@ -49,7 +49,7 @@ TEST_CASE("step metadata: rows, slots, tiles, tables and sample rows of a mixed 
   const Built b = build(p, shape16());
   CHECK(b.counts.rows == 61);
   CHECK(b.counts.n_tiles == 1 + 3 + 2);
-  CHECK(b.counts.n_samples == 2);
+  CHECK(b.counts.num_samples == 2);
   // Row 0: the decode.
   CHECK(b.at(b.layout.tokens, 0) == 100);
   CHECK(b.at(b.layout.positions, 0) == 37);
@@ -87,7 +87,7 @@ TEST_CASE("step metadata: a decode step padded for a graph bucket") {
   const Built b = build(p, shape16(), 4);
   CHECK(b.counts.rows == 4);
   CHECK(b.counts.n_tiles == 4);
-  CHECK(b.counts.n_samples == 4);
+  CHECK(b.counts.num_samples == 4);
   CHECK(b.at(b.layout.slots, 2) == 6 * 16 + 4);
   // The padding row: token 0 at position 0, no KV write, an empty tile, its own sample row.
   CHECK(b.at(b.layout.tokens, 3) == 0);
@@ -115,7 +115,7 @@ TEST_CASE("step metadata: plans the buffers or the cache cannot hold are errors"
   CHECK_THROWS_AS(build(big, shape16(), 0, 64), std::logic_error);  // 100 rows in a 64-row buffer
   StepPlan lying = r;
   lying.tokens[0] = 5;
-  lying.n_tokens = 2;  // says 2 tokens, carries 1
+  lying.num_tokens = 2;  // says 2 tokens, carries 1
   CHECK_THROWS_AS(build(lying, shape16()), std::logic_error);
 }
 
@@ -135,28 +135,28 @@ TEST_CASE("step metadata: random steps keep every row's slot, position and tile 
     int64_t row = 0, tiles_seen = 0, samples_seen = 0;
     for (size_t s = 0; s < p.seqs.size(); ++s) {
       const ScheduledSeq& q = p.seqs[s];
-      for (int32_t i = 0; i < q.n_tokens; ++i, ++row) {
-        const int32_t pos = q.n_computed_before + i;
+      for (int32_t i = 0; i < q.num_tokens; ++i, ++row) {
+        const int32_t pos = q.num_computed_before + i;
         REQUIRE(b.at(b.layout.positions, row) == pos);
         REQUIRE(b.at(b.layout.slots, row) == q.block_table[size_t(pos / 16)] * 16 + pos % 16);
         REQUIRE(b.at(b.layout.tokens, row) == p.tokens[size_t(row)]);
       }
       // Tiles of this sequence cover its rows once, in order, each at most tile_tokens.
       int64_t covered = 0;
-      while (covered < q.n_tokens) {
+      while (covered < q.num_tokens) {
         const AttentionTile& t = b.tiles()[tiles_seen++];
         REQUIRE(t.seq == int32_t(s));
         REQUIRE(t.n >= 1);
         REQUIRE(t.n <= tile_tokens);
-        REQUIRE(t.token0 == row - q.n_tokens + covered);
-        REQUIRE(t.pos0 == q.n_computed_before + covered);
+        REQUIRE(t.token0 == row - q.num_tokens + covered);
+        REQUIRE(t.pos0 == q.num_computed_before + covered);
         covered += t.n;
       }
-      REQUIRE(covered == q.n_tokens);
+      REQUIRE(covered == q.num_tokens);
       if (q.samples) REQUIRE(b.at(b.layout.samples, samples_seen++) == int32_t(row - 1));
     }
     REQUIRE(b.counts.rows == row);
     REQUIRE(b.counts.n_tiles == tiles_seen);
-    REQUIRE(b.counts.n_samples == samples_seen);
+    REQUIRE(b.counts.num_samples == samples_seen);
   }
 }

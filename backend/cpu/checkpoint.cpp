@@ -16,7 +16,7 @@
 #include <optional>
 #include <sstream>
 
-#include "sim/config.h"
+#include "sim/error.h"
 
 namespace tandem {
 namespace {

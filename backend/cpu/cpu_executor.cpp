@@ -5,7 +5,7 @@
 
 #include <chrono>
 
-#include "sim/config.h"
+#include "sim/error.h"
 
 namespace tandem::cpu {
 
@@ -19,7 +19,7 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
 
 std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int32_t num_blocks, int32_t block_size,
                                                bool deterministic, int32_t tp) {
-  const double kv_bytes = 2.0 * m.layers * m.kv_heads * m.head_dim() * 4.0 * double(num_blocks) * block_size;
+  const double kv_bytes = m.kv_bytes_per_token(4) * double(num_blocks) * block_size;  // fp32, all ranks
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   if (kv_bytes > 0.5 * ram)
     throw InputError(fmt::format("the CPU backend's KV cache would take {:.1f} GB of {:.1f} GB of memory "
@@ -27,9 +27,8 @@ std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int3
                                  kv_bytes / 1e9, ram / 1e9, num_blocks, block_size));
   check_fits_in_memory(m, kv_bytes);
   LlamaWeights w = m.checkpoint.empty() ? dummy_weights(m, seed) : load_checkpoint(m.checkpoint, m);
-  if (m.heads % tp || m.kv_heads % tp || m.ffn % tp)
-    throw InputError(fmt::format("engine.tp {} must divide the model's heads ({}), KV heads ({}) and ffn ({})", tp, m.heads,
-                                 m.kv_heads, m.ffn));
+  if (const std::string problem = m.tp_split_problem(tp); !problem.empty())
+    throw InputError(fmt::format("engine.tp: {}", problem));
   auto exec = std::make_unique<CpuExecutor>(m, std::move(w), num_blocks, block_size, tp);
   if (!deterministic) exec->model().set_gemm_path(GemmPath::Eigen);  // faster, not batch-invariant
   return exec;

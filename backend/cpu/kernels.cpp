@@ -1,6 +1,6 @@
 #include "backend/cpu/kernels.h"
 
-#include "sim/config.h"
+#include "sim/error.h"
 
 #include <Eigen/Core>
 #include <algorithm>

@@ -12,7 +12,7 @@
 #include <omp.h>
 #endif
 #include "backend/cpu/kernels.h"
-#include "sim/config.h"
+#include "sim/error.h"
 #include "sim/rng.h"
 
 namespace tandem::cpu {
@@ -129,9 +129,8 @@ std::vector<float> cols_of(const std::vector<float>& w, int64_t rows, int64_t co
 
 LlamaModel::LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size, int32_t tp)
     : m_(m), w_(std::move(w)), comm_(tp) {
-  if (tp < 1 || m.heads % tp != 0 || m.kv_heads % tp != 0 || m.ffn % tp != 0)
-    throw std::invalid_argument(fmt::format("tensor parallelism {} must divide heads ({}), KV heads ({}) and ffn ({})", tp,
-                                            m.heads, m.kv_heads, m.ffn));
+  if (const std::string problem = m.tp_split_problem(tp); !problem.empty())
+    throw std::invalid_argument(fmt::format("tensor parallelism: {}", problem));
   const int64_t h = m.hidden, hd = m.head_dim(), H = m.heads, KV = m.kv_heads, F = m.ffn;
   const int64_t Hs = H / tp, KVs = KV / tp, Fs = F / tp;
   for (int32_t r = 0; r < tp; ++r) {
@@ -203,7 +202,7 @@ void LlamaModel::attention(Shard& sh, int32_t layer, const StepPlan& plan, const
   // exact zeros. So a score, a softmax and an output element depend only on the query's own
   // absolute position and the keys 0..pos, whatever else is in the step or how it was chunked.
   std::vector<int64_t> first_token(plan.seqs.size());
-  for (size_t s = 0, t = 0; s < plan.seqs.size(); t += size_t(plan.seqs[s].n_tokens), ++s) first_token[s] = int64_t(t);
+  for (size_t s = 0, t = 0; s < plan.seqs.size(); t += size_t(plan.seqs[s].num_tokens), ++s) first_token[s] = int64_t(t);
   const int64_t items = int64_t(plan.seqs.size()) * KV;
   // Inside a tensor-parallel rank the region is nested and runs on that rank's thread alone.
   const int nt = threads();
@@ -222,7 +221,7 @@ void LlamaModel::attention(Shard& sh, int32_t layer, const StepPlan& plan, const
       const size_t si = size_t(item / KV);
       const int32_t g = int32_t(item % KV);
       const ScheduledSeq& seq = plan.seqs[si];
-      const int32_t n = seq.n_tokens, c0 = seq.n_computed_before, ctx = c0 + n;
+      const int32_t n = seq.num_tokens, c0 = seq.num_computed_before, ctx = c0 + n;
       const int64_t rows = int64_t(n) * group;
       if (n == 1) {  // decode: read K and V in place; same arithmetic as the products below
         krow.resize(size_t(ctx));
@@ -341,7 +340,7 @@ void LlamaModel::mlp_block(Shard& sh, int32_t l, int64_t T) {
 
 void LlamaModel::forward(const StepPlan& plan, std::span<const Token> tokens, std::vector<Token>& sampled,
                          std::vector<float>* logits) {
-  const int64_t T = plan.n_tokens, h = m_.hidden, V = m_.vocab;
+  const int64_t T = plan.num_tokens, h = m_.hidden, V = m_.vocab;
   if (int64_t(tokens.size()) != T) throw std::logic_error("LlamaModel::forward: token count differs from the plan");
   x_.resize(size_t(T * h));
   xn_.resize(x_.size());
@@ -350,8 +349,8 @@ void LlamaModel::forward(const StepPlan& plan, std::span<const Token> tokens, st
   {
     int64_t t = 0;
     for (size_t s = 0; s < plan.seqs.size(); ++s)
-      for (int32_t i = 0; i < plan.seqs[s].n_tokens; ++i, ++t) {
-        pos_of_[size_t(t)] = plan.seqs[s].n_computed_before + i;
+      for (int32_t i = 0; i < plan.seqs[s].num_tokens; ++i, ++t) {
+        pos_of_[size_t(t)] = plan.seqs[s].num_computed_before + i;
         seq_of_[size_t(t)] = int32_t(s);
         if (pos_of_[size_t(t)] >= m_.max_model_len) throw std::logic_error("LlamaModel: position past max_model_len");
       }
@@ -373,18 +372,18 @@ void LlamaModel::forward(const StepPlan& plan, std::span<const Token> tokens, st
   }
   // LM head (replicated) on the last token of each sampling sequence only.
   last_.clear();
-  int64_t t_end = 0, n_samples = 0;
+  int64_t t_end = 0, num_samples = 0;
   for (const ScheduledSeq& s : plan.seqs) {
-    t_end += s.n_tokens;
+    t_end += s.num_tokens;
     if (!s.samples) continue;
-    last_.resize(size_t((n_samples + 1) * h));
-    rms_norm(&x_[size_t((t_end - 1) * h)], w_.final_norm.data(), h, eps, &last_[size_t(n_samples * h)]);
-    ++n_samples;
+    last_.resize(size_t((num_samples + 1) * h));
+    rms_norm(&x_[size_t((t_end - 1) * h)], w_.final_norm.data(), h, eps, &last_[size_t(num_samples * h)]);
+    ++num_samples;
   }
-  if (n_samples == 0) return;
-  logits_.resize(size_t(n_samples * V));
-  gemm(last_.data(), n_samples, h, w_.lm_head, V, logits_.data());
-  for (int64_t r = 0; r < n_samples; ++r) {
+  if (num_samples == 0) return;
+  logits_.resize(size_t(num_samples * V));
+  gemm(last_.data(), num_samples, h, w_.lm_head, V, logits_.data());
+  for (int64_t r = 0; r < num_samples; ++r) {
     const float* row = &logits_[size_t(r * V)];
     sampled.push_back(Token(std::max_element(row, row + V) - row));  // first maximum on ties
   }

@@ -66,9 +66,9 @@ class LlamaModel {
   // attention and one after the MLP; embedding and LM head replicated. The KV cache is split
   // by KV heads: every rank holds its heads for the same block ids.
   LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size, int32_t tp = 1);
-  // Runs one step. `tokens` holds each sequence's n_tokens input ids, in plan order.
+  // Runs one step. `tokens` holds each sequence's num_tokens input ids, in plan order.
   // Appends one argmax id per sampling sequence to `sampled`; if `logits` is given, also
-  // the full logits rows of those sequences ([n_samples][V]).
+  // the full logits rows of those sequences ([num_samples][V]).
   void forward(const StepPlan& plan, std::span<const Token> tokens, std::vector<Token>& sampled,
                std::vector<float>* logits = nullptr);
   void set_gemm_path(GemmPath p) { gemm_path_ = p; }

@@ -131,15 +131,13 @@ int32_t attention_tile_tokens(int32_t group) { return group >= kRows ? 1 : kRows
 
 bool attention_supports_head_dim(int32_t head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128; }
 
-void paged_attention(const float* qkv, int64_t qkv_stride, const bf16* k_cache, const bf16* v_cache,
-                     const int32_t* block_tables, int32_t table_width, int32_t block_size, const AttentionTile* tiles,
-                     int32_t n_tiles, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* out, cudaStream_t s) {
-  if (n_tiles == 0) return;
-  const AttentionLaunch a = attention_launch(n_tiles, heads, kv_heads, head_dim, kRows, "paged_attention");
-  with_head_dim(head_dim, "paged_attention", [&](auto hd) {
-    paged_attention_kernel<hd><<<a.grid, kThreads, 0, s>>>(qkv, qkv_stride, k_cache, v_cache, block_tables,
-                                                           table_width, block_size, tiles, heads, kv_heads, a.group,
-                                                           a.scale, out);
+void paged_attention(const AttentionArgs& a, cudaStream_t s) {
+  if (a.n_tiles == 0) return;
+  const AttentionLaunch l = attention_launch(a, kRows, "paged_attention");
+  with_head_dim(a.head_dim, "paged_attention", [&](auto hd) {
+    paged_attention_kernel<hd><<<l.grid, kThreads, 0, s>>>(a.qkv, a.qkv_stride, a.k_cache, a.v_cache, a.block_tables,
+                                                           a.table_width, a.block_size, a.tiles, a.heads, a.kv_heads,
+                                                           l.group, l.scale, a.out);
   });
   TANDEM_LAUNCH_CHECK("paged_attention_kernel");
 }

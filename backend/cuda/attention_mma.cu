@@ -164,9 +164,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int HD>
-void launch_mma(dim3 grid, cudaStream_t s, const float* qkv, int64_t qkv_stride, const bf16* k_cache,
-                const bf16* v_cache, const int32_t* block_tables, int32_t table_width, int32_t block_size,
-                const AttentionTile* tiles, int32_t heads, int32_t kv_heads, int32_t group, float scale, bf16* out) {
+void launch_mma(const AttentionArgs& a, const AttentionLaunch& l, cudaStream_t s) {
   constexpr size_t bytes = MmaLayout<HD>::kBytes;
   // The opt-in to more than 48 KB of shared memory is per function and device: once each.
   static bool configured[64] = {};
@@ -177,24 +175,19 @@ void launch_mma(dim3 grid, cudaStream_t s, const float* qkv, int64_t qkv_stride,
                                            int(bytes)));
     if (device < 64) configured[device] = true;
   }
-  paged_attention_mma_kernel<HD><<<grid, kThreads, bytes, s>>>(qkv, qkv_stride, k_cache, v_cache, block_tables,
-                                                               table_width, block_size, tiles, heads, kv_heads, group,
-                                                               scale, out);
+  paged_attention_mma_kernel<HD><<<l.grid, kThreads, bytes, s>>>(a.qkv, a.qkv_stride, a.k_cache, a.v_cache,
+                                                                 a.block_tables, a.table_width, a.block_size, a.tiles,
+                                                                 a.heads, a.kv_heads, l.group, l.scale, a.out);
 }
 
 }  // namespace
 
 int32_t attention_mma_tile_tokens(int32_t group) { return group >= kRows ? 1 : kRows / group; }
 
-void paged_attention_mma(const float* qkv, int64_t qkv_stride, const bf16* k_cache, const bf16* v_cache,
-                         const int32_t* block_tables, int32_t table_width, int32_t block_size, const AttentionTile* tiles,
-                         int32_t n_tiles, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* out, cudaStream_t s) {
-  if (n_tiles == 0) return;
-  const AttentionLaunch a = attention_launch(n_tiles, heads, kv_heads, head_dim, kRows, "paged_attention_mma");
-  with_head_dim(head_dim, "paged_attention_mma", [&](auto hd) {
-    launch_mma<hd>(a.grid, s, qkv, qkv_stride, k_cache, v_cache, block_tables, table_width, block_size, tiles, heads,
-                   kv_heads, a.group, a.scale, out);
-  });
+void paged_attention_mma(const AttentionArgs& a, cudaStream_t s) {
+  if (a.n_tiles == 0) return;
+  const AttentionLaunch l = attention_launch(a, kRows, "paged_attention_mma");
+  with_head_dim(a.head_dim, "paged_attention_mma", [&](auto hd) { launch_mma<hd>(a, l, s); });
   TANDEM_LAUNCH_CHECK("paged_attention_mma_kernel");
 }
 

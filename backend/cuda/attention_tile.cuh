@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"  // AttentionArgs
 
 namespace tandem::cuda {
 
@@ -19,11 +20,10 @@ struct AttentionLaunch {
   int32_t group;
   float scale;
 };
-inline AttentionLaunch attention_launch(int32_t n_tiles, int32_t heads, int32_t kv_heads, int32_t head_dim,
-                                        int32_t max_group, const char* kernel) {
-  const int32_t group = heads / kv_heads;
+inline AttentionLaunch attention_launch(const AttentionArgs& a, int32_t max_group, const char* kernel) {
+  const int32_t group = a.heads / a.kv_heads;
   if (group > max_group) fail(kernel, "too many query heads per KV head for this kernel", __FILE__, __LINE__);
-  return {dim3{unsigned(n_tiles), unsigned(kv_heads), 1u}, group, 1.0f / std::sqrt(float(head_dim))};
+  return {dim3{unsigned(a.n_tiles), unsigned(a.kv_heads), 1u}, group, 1.0f / std::sqrt(float(a.head_dim))};
 }
 
 // Calls f(std::integral_constant<int, HD>) for the head sizes the kernels are built for.

@@ -1,18 +1,31 @@
 // The CUDA backend behind the executor interface. Plain C++: sim/main.cpp includes this
 // header only in builds with the CUDA feature on, and no CUDA header comes with it.
 #pragma once
+#include <cstdint>
 #include <memory>
 
 #include "backend/executor.h"
-#include "sim/config.h"
+#include "backend/specs.h"
 
 namespace tandem::cuda {
 
-// Builds the backend for a workload: GPU 0 (or GPUs 0..engine.tp-1), checkpoint weights if
+// What the executor takes from a workload's engine section (the CLI fills it from
+// EngineSpec, whose defaults these repeat).
+struct CudaExecutorOptions {
+  int32_t kv_blocks = 0;           // KV cache blocks (engine.resolved_kv_blocks)
+  int32_t block_size = 16;         // tokens per block (engine.block_size)
+  int32_t tp = 1;                  // GPUs 0..tp-1 (engine.tp)
+  bool deterministic = true;       // pin the GEMM algorithms: batch/chunk-invariant (engine.deterministic)
+  bool cuda_graph = true;          // replay decode steps from captured graphs (engine.cuda_graph)
+  bool mma_attention = false;      // attention on the tensor cores (engine.cuda_attention: mma) or CUDA cores (simt)
+  int32_t max_step_tokens = 8192;  // the largest step (engine.max_num_batched_tokens)
+  int32_t max_step_seqs = 256;     // (engine.max_num_seqs)
+};
+
+// Builds the backend for a workload: GPU 0 (or GPUs 0..tp-1), checkpoint weights if
 // model.checkpoint is set, else dummy bf16 weights generated on the device from the seed.
-// engine.deterministic pins the GEMM algorithms; engine.cuda_graph replays decode steps from
-// captured graphs. Throws InputError for a configuration that cannot run (memory, shapes) and
+// Throws InputError for a configuration that cannot run (memory, shapes) and
 // std::runtime_error when no usable GPU is present.
-std::unique_ptr<executor_i> make_cuda_executor(ModelSpec& m, uint64_t seed, const EngineSpec& engine);
+std::unique_ptr<executor_i> make_cuda_executor(ModelSpec& m, uint64_t seed, const CudaExecutorOptions& opt);
 
 }  // namespace tandem::cuda

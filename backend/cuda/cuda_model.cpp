@@ -14,7 +14,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/nccl_communicator.h"
 #include "backend/cuda/step_meta.h"
-#include "sim/config.h"
+#include "sim/error.h"
 
 namespace tandem::cuda {
 
@@ -90,7 +90,7 @@ struct CudaModel::Impl {
   HostBuffer<float> host_logits;
   std::map<int32_t, Graph> graphs;  // decode batch-size bucket -> captured step
   CudaModelStats stats;
-  int64_t n_tiles = 0, n_samples = 0;
+  int64_t n_tiles = 0, num_samples = 0;
 
   ~Impl() {
     for (auto& [bucket, g] : graphs) (void)cudaGraphExecDestroy(g.exec);
@@ -224,7 +224,7 @@ void CudaModel::Impl::fill_meta(const StepPlan& plan, std::span<const Token> tok
   const StepMetaShape shape{block_size, table_width, tile_tokens, num_blocks, m.vocab, m.max_model_len};
   const StepMetaCounts c = build_step_meta(plan, tokens, shape, meta, pad_to, host_meta.get());
   n_tiles = c.n_tiles;
-  n_samples = c.n_samples;
+  num_samples = c.num_samples;
 }
 
 void CudaModel::Impl::upload_meta(int64_t T, int64_t S) {
@@ -238,7 +238,7 @@ void CudaModel::Impl::upload_meta(int64_t T, int64_t S) {
     part(r, meta.slots, size_t(T));
     part(r, meta.tiles, size_t(4 * n_tiles));
     part(r, meta.tables, size_t(S * table_width));
-    part(r, meta.samples, size_t(n_samples));
+    part(r, meta.samples, size_t(num_samples));
   }
 }
 
@@ -273,10 +273,20 @@ void CudaModel::Impl::launch_step(int64_t T) {
       rope_store_kv(r.qkv.get(), r.meta.get() + meta.positions, r.meta.get() + meta.slots, r.rope_cos.get(),
                     r.rope_sin.get(), T, r.heads, r.kv_heads, int32_t(hd), r.k_cache.get() + layer_off,
                     r.v_cache.get() + layer_off, r.stream);
-      const auto attention = opt.attention == AttentionKernel::Mma ? paged_attention_mma : paged_attention;
-      attention(r.qkv.get(), qkv_n, r.k_cache.get() + layer_off, r.v_cache.get() + layer_off, r.meta.get() + meta.tables,
-                table_width, block_size, reinterpret_cast<const AttentionTile*>(r.meta.get() + meta.tiles),
-                int32_t(n_tiles), r.heads, r.kv_heads, int32_t(hd), r.attn.get(), r.stream);
+      const AttentionArgs args{.qkv = r.qkv.get(),
+                               .qkv_stride = qkv_n,
+                               .k_cache = r.k_cache.get() + layer_off,
+                               .v_cache = r.v_cache.get() + layer_off,
+                               .block_tables = r.meta.get() + meta.tables,
+                               .table_width = table_width,
+                               .block_size = block_size,
+                               .tiles = reinterpret_cast<const AttentionTile*>(r.meta.get() + meta.tiles),
+                               .n_tiles = int32_t(n_tiles),
+                               .heads = r.heads,
+                               .kv_heads = r.kv_heads,
+                               .head_dim = int32_t(hd),
+                               .out = r.attn.get()};
+      (opt.attention == AttentionKernel::Mma ? paged_attention_mma : paged_attention)(args, r.stream);
       r.gemm->run(r.attn.get(), T, r.heads * hd, L.wo.get(), h, r.partial.get(), r.stream);
     }
     all_reduce_partials(T * h);
@@ -293,9 +303,9 @@ void CudaModel::Impl::launch_step(int64_t T) {
   Rank& r = ranks[0];
   use(r);
   add_rmsnorm(r.x.get(), r.partial.get(), r.final_norm.get(), T, h, eps, r.xn.get(), r.stream);
-  gather_rows(r.xn.get(), r.meta.get() + meta.samples, n_samples, h, r.last.get(), r.stream);
-  r.gemm->run(r.last.get(), n_samples, h, r.lm_head.get(), m.vocab, r.logits.get(), r.stream);
-  argmax_rows(r.logits.get(), n_samples, m.vocab, r.sampled.get(), r.stream);
+  gather_rows(r.xn.get(), r.meta.get() + meta.samples, num_samples, h, r.last.get(), r.stream);
+  r.gemm->run(r.last.get(), num_samples, h, r.lm_head.get(), m.vocab, r.logits.get(), r.stream);
+  argmax_rows(r.logits.get(), num_samples, m.vocab, r.sampled.get(), r.stream);
 }
 
 void CudaModel::Impl::run_graph(int32_t bucket) {
@@ -339,9 +349,8 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
   s.block_size = block_size;
   s.table_width = (m.max_model_len + block_size - 1) / block_size;
   const int32_t tp = opt.tp;
-  if (tp < 1 || m.heads % tp || m.kv_heads % tp || m.ffn % tp)
-    throw InputError(fmt::format("engine.tp {} must divide the model's heads ({}), KV heads ({}) and ffn ({})", tp,
-                                 m.heads, m.kv_heads, m.ffn));
+  if (const std::string problem = m.tp_split_problem(tp); !problem.empty())
+    throw InputError(fmt::format("engine.tp: {}", problem));
   if (!attention_supports_head_dim(m.head_dim()))
     throw InputError(fmt::format("model '{}': head_dim {} is not supported by the CUDA attention kernel (32, 64 or 128)",
                                  m.name, m.head_dim()));
@@ -355,7 +364,7 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
                                      : fmt::format("engine.tp {} needs {} GPUs; {} found", tp, tp, devices));
   s.tile_tokens = opt.attention == AttentionKernel::Mma ? attention_mma_tile_tokens(group) : attention_tile_tokens(group);
   s.ranks.resize(size_t(tp));
-  const double kv_bytes = 2.0 * m.layers * double(num_blocks) * block_size * (m.kv_heads / tp) * m.head_dim() * 2.0;
+  const double kv_bytes = m.kv_bytes_per_token(2, tp) * double(num_blocks) * block_size;  // bf16, one rank
   const double weight_bytes = (m.linear_params() / tp + 2.0 * m.hidden * double(m.vocab)) * 2.0;
   // Activations for the largest step (fp32 x, partial, qkv, gate/up; bf16 xn, attention, act)
   // and the LM head's rows; the 32 MB GEMM workspace aside.
@@ -409,11 +418,11 @@ CudaModelStats CudaModel::stats() const { return impl_->stats; }
 void CudaModel::forward(const StepPlan& plan, std::span<const Token> tokens, std::vector<Token>& sampled,
                         std::vector<float>* logits) {
   Impl& s = *impl_;
-  const int64_t T = plan.n_tokens, S = int64_t(plan.seqs.size());
+  const int64_t T = plan.num_tokens, S = int64_t(plan.seqs.size());
   if (int64_t(tokens.size()) != T) throw std::logic_error("CudaModel::forward: token count differs from the plan");
   if (T == 0) return;
   const bool decode_only = std::all_of(plan.seqs.begin(), plan.seqs.end(),
-                                       [](const ScheduledSeq& q) { return q.n_tokens == 1 && q.samples; });
+                                       [](const ScheduledSeq& q) { return q.num_tokens == 1 && q.samples; });
   const bool graph = s.opt.cuda_graph && !s.comm && decode_only && !logits;
   const int32_t bucket = graph ? next_pow2(int32_t(S)) : 0;
   if (T > s.cap_tokens || S > s.cap_seqs || bucket > s.cap_seqs) {
@@ -431,7 +440,7 @@ void CudaModel::forward(const StepPlan& plan, std::span<const Token> tokens, std
   }
   Rank& r = s.ranks[0];
   if (s.ranks.size() > 1) TANDEM_CUDA_CHECK(cudaSetDevice(r.device));
-  const int64_t n_real = graph ? S : s.n_samples;
+  const int64_t n_real = graph ? S : s.num_samples;
   if (n_real)
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(s.host_sampled.get(), r.sampled.get(), size_t(n_real) * 4, cudaMemcpyDeviceToHost, r.stream));
   if (logits) {

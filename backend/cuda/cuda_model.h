@@ -43,7 +43,7 @@ class CudaModel {
   CudaModel& operator=(const CudaModel&) = delete;
 
   // Runs one step and waits for it. Appends one argmax id per sampling sequence to `sampled`;
-  // if `logits` is given, also those sequences' logits rows ([n_samples][V]).
+  // if `logits` is given, also those sequences' logits rows ([num_samples][V]).
   void forward(const StepPlan& plan, std::span<const Token> tokens, std::vector<Token>& sampled,
                std::vector<float>* logits = nullptr);
   // Benchmarks: random K/V in every block, so decode can be timed over a long context

@@ -40,24 +40,35 @@ int32_t attention_tile_tokens(int32_t group);
 // Whether the attention kernel supports this head size (32, 64 and 128).
 bool attention_supports_head_dim(int32_t head_dim);
 
-// Causal attention of the step's query tokens over the paged cache (which already holds this
-// step's keys and values). q: the qkv rows (fp32, stride qkv_stride); block_tables:
-// [sequences][table_width] block ids. Every cache slot up to a tile's last query position must
-// hold finite values (masked keys are multiplied by zero, and 0 * NaN is NaN): the model
-// stores the step's keys before attention. Output bf16 [T][heads * head_dim]. Keys are visited in
+// What both attention kernels take: the step's query rows, the paged cache (which already
+// holds this step's keys and values) and the work tiles. q: the qkv rows (fp32, stride
+// qkv_stride); block_tables: [sequences][table_width] block ids; out: bf16 [T][heads * head_dim].
+struct AttentionArgs {
+  const float* qkv = nullptr;
+  int64_t qkv_stride = 0;
+  const bf16* k_cache = nullptr;  // this layer's
+  const bf16* v_cache = nullptr;
+  const int32_t* block_tables = nullptr;
+  int32_t table_width = 0;
+  int32_t block_size = 0;
+  const AttentionTile* tiles = nullptr;
+  int32_t n_tiles = 0;
+  int32_t heads = 0, kv_heads = 0, head_dim = 0;
+  bf16* out = nullptr;
+};
+
+// Causal attention of the step's query tokens over the paged cache. Every cache slot up to a
+// tile's last query position must hold finite values (masked keys are multiplied by zero,
+// and 0 * NaN is NaN): the model stores the step's keys before attention. Keys are visited in
 // tiles of 64 from position 0 with an online softmax; a query's arithmetic depends only on
 // its own position and the cached keys, so prefill, chunked prefill and decode agree bit for bit.
-void paged_attention(const float* qkv, int64_t qkv_stride, const bf16* k_cache, const bf16* v_cache,
-                     const int32_t* block_tables, int32_t table_width, int32_t block_size, const AttentionTile* tiles,
-                     int32_t n_tiles, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* out, cudaStream_t s);
+void paged_attention(const AttentionArgs& a, cudaStream_t s);
 
 // The same attention on the tensor cores (attention_mma.cu): bf16 Q and P, fp32 scores and
 // accumulation, 64 query rows per block. Also batch- and chunk-invariant, but a different
 // function from paged_attention (Q and P rounded to bf16): one run uses one of them.
 int32_t attention_mma_tile_tokens(int32_t group);
-void paged_attention_mma(const float* qkv, int64_t qkv_stride, const bf16* k_cache, const bf16* v_cache,
-                         const int32_t* block_tables, int32_t table_width, int32_t block_size, const AttentionTile* tiles,
-                         int32_t n_tiles, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* out, cudaStream_t s);
+void paged_attention_mma(const AttentionArgs& a, cudaStream_t s);
 
 // Y[T][N] = X[T][K] W[N][K]^T on the tensor cores (gemm_own.cu), bf16 operands, fp32
 // accumulation in ascending K: batch-invariant by construction. Deterministic mode's fallback

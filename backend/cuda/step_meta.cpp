@@ -22,14 +22,14 @@ StepMetaCounts build_step_meta(const StepPlan& plan, std::span<const Token> toke
   StepMetaCounts c;
   int64_t& t = c.rows;
   const int64_t max_tokens = int64_t(L.positions), max_seqs = int64_t(L.total - L.samples);
-  if (int64_t(plan.seqs.size()) > max_seqs || std::max<int64_t>(plan.n_tokens, pad_to) > max_tokens || pad_to > max_seqs)
+  if (int64_t(plan.seqs.size()) > max_seqs || std::max<int64_t>(plan.num_tokens, pad_to) > max_tokens || pad_to > max_seqs)
     throw std::logic_error("build_step_meta: the step exceeds the metadata buffer");
   int64_t sum = 0;
   for (const ScheduledSeq& seq : plan.seqs) {
-    if (seq.n_tokens < 1) throw std::logic_error("build_step_meta: a sequence with no tokens in the step");
-    sum += seq.n_tokens;
+    if (seq.num_tokens < 1) throw std::logic_error("build_step_meta: a sequence with no tokens in the step");
+    sum += seq.num_tokens;
   }
-  if (sum != plan.n_tokens || int64_t(tokens.size()) != sum)
+  if (sum != plan.num_tokens || int64_t(tokens.size()) != sum)
     throw std::logic_error("build_step_meta: token counts of the plan disagree");
   for (size_t s = 0; s < plan.seqs.size(); ++s) {
     const ScheduledSeq& seq = plan.seqs[s];
@@ -37,8 +37,8 @@ StepMetaCounts build_step_meta(const StepPlan& plan, std::span<const Token> toke
       throw std::logic_error("build_step_meta: block table longer than max_model_len allows");
     std::fill_n(std::copy(seq.block_table.begin(), seq.block_table.end(), meta + L.tables + s * size_t(sh.table_width)),
                 sh.table_width - int64_t(seq.block_table.size()), 0);
-    for (int32_t i = 0; i < seq.n_tokens; ++i, ++t) {
-      const int32_t pos = seq.n_computed_before + i;
+    for (int32_t i = 0; i < seq.num_tokens; ++i, ++t) {
+      const int32_t pos = seq.num_computed_before + i;
       if (pos >= sh.max_model_len) throw std::logic_error("build_step_meta: position past max_model_len");
       if (pos / sh.block_size >= int32_t(seq.block_table.size()))
         throw std::logic_error(fmt::format("build_step_meta: position {} has no block (block table of {})", pos,
@@ -52,17 +52,17 @@ StepMetaCounts build_step_meta(const StepPlan& plan, std::span<const Token> toke
       meta[L.positions + size_t(t)] = pos;
       meta[L.slots + size_t(t)] = block * sh.block_size + pos % sh.block_size;
     }
-    for (int32_t i0 = 0; i0 < seq.n_tokens; i0 += sh.tile_tokens)
-      tiles[c.n_tiles++] = AttentionTile{int32_t(s), int32_t(t - seq.n_tokens + i0),
-                                         std::min(sh.tile_tokens, seq.n_tokens - i0), seq.n_computed_before + i0};
-    if (seq.samples) meta[L.samples + size_t(c.n_samples++)] = int32_t(t - 1);
+    for (int32_t i0 = 0; i0 < seq.num_tokens; i0 += sh.tile_tokens)
+      tiles[c.n_tiles++] = AttentionTile{int32_t(s), int32_t(t - seq.num_tokens + i0),
+                                         std::min(sh.tile_tokens, seq.num_tokens - i0), seq.num_computed_before + i0};
+    if (seq.samples) meta[L.samples + size_t(c.num_samples++)] = int32_t(t - 1);
   }
-  for (; t < pad_to; ++t, ++c.n_tiles, ++c.n_samples) {
+  for (; t < pad_to; ++t, ++c.n_tiles, ++c.num_samples) {
     meta[L.tokens + size_t(t)] = 0;
     meta[L.positions + size_t(t)] = 0;
     meta[L.slots + size_t(t)] = -1;
     tiles[c.n_tiles] = AttentionTile{0, int32_t(t), 0, 0};  // n = 0: the kernels return before reading anything
-    meta[L.samples + size_t(c.n_samples)] = int32_t(t);
+    meta[L.samples + size_t(c.num_samples)] = int32_t(t);
   }
   return c;
 }

@@ -31,7 +31,7 @@ struct StepMetaShape {
 };
 
 struct StepMetaCounts {
-  int64_t rows = 0, n_tiles = 0, n_samples = 0;  // rows: tokens including padding
+  int64_t rows = 0, n_tiles = 0, num_samples = 0;  // rows: tokens including padding
 };
 
 // Writes the step into `meta` (laid out by `layout`). With pad_to > 0 (a decode graph

@@ -1,0 +1,56 @@
+// The workload's engine section: batching policy, batch limits, KV cache sizing inputs and
+// the real backends' switches, and its resolved YAML. The section may be left out entirely
+// (all defaults); the KV cache size itself is resolved in config.cpp, once the model and
+// hardware are known.
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "sim/config_sections.h"
+
+namespace tandem::config_detail {
+
+EngineSpec parse_engine(const Field& f) {
+  EngineSpec e;
+  if (!f.present()) return e;
+  f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks", "kv_memory_gb",
+                "gpu_memory_utilization", "state_slots", "deterministic", "tp", "cuda_graph", "cuda_attention"});
+  const std::string pol = f.get_string("policy", "continuous");
+  if (pol == "continuous") e.policy = BatchingPolicy::Continuous;
+  else if (pol == "static") e.policy = BatchingPolicy::Static;
+  else f["policy"].fail(fmt::format("unknown policy '{}' (known: static, continuous)", pol));
+  e.max_num_seqs = int32_t(f.get_int("max_num_seqs", e.max_num_seqs, 1, 1 << 20));
+  e.max_num_batched_tokens = int32_t(f.get_int("max_num_batched_tokens", e.max_num_batched_tokens, 1, kI32Max));
+  e.block_size = int32_t(f.get_int("block_size", e.block_size, 1, 1 << 16));
+  e.num_kv_blocks = f.get_int("num_kv_blocks", 0, 1, kI32Max);
+  e.kv_memory_gb = f.get_double("kv_memory_gb", 0, 1e-9, 1e9);
+  e.gpu_memory_utilization = f.get_double("gpu_memory_utilization", e.gpu_memory_utilization, 0.01, 1.0);
+  e.state_slots = int32_t(f.get_int("state_slots", -1, 0, kI32Max));
+  if (f.has("deterministic")) e.deterministic = f["deterministic"].as_bool();
+  if (f.has("cuda_graph")) e.cuda_graph = f["cuda_graph"].as_bool();
+  e.cuda_attention = f.get_string("cuda_attention", e.cuda_attention);
+  if (e.cuda_attention != "simt" && e.cuda_attention != "mma")
+    f["cuda_attention"].fail(fmt::format("unknown attention kernel '{}' (known: simt, mma)", e.cuda_attention));
+  e.tp = int32_t(f.get_int("tp", 1, 1, 1024));
+  if (f.has("num_kv_blocks") && f.has("kv_memory_gb")) f["kv_memory_gb"].fail("give num_kv_blocks or kv_memory_gb, not both");
+  return e;
+}
+
+// The cache is printed as the resolved block count (not kv_memory_gb), so the output reads
+// back to the same cache whatever the hardware's memory.
+YAML::Node engine_yaml(const EngineSpec& e) {
+  YAML::Node n;
+  n["policy"] = std::string(to_string(e.policy));
+  n["max_num_seqs"] = e.max_num_seqs;
+  n["max_num_batched_tokens"] = e.max_num_batched_tokens;
+  n["block_size"] = e.block_size;
+  n["num_kv_blocks"] = e.resolved_kv_blocks;
+  n["gpu_memory_utilization"] = num(e.gpu_memory_utilization);
+  if (e.state_slots >= 0) n["state_slots"] = e.state_slots;
+  n["deterministic"] = e.deterministic;
+  n["cuda_graph"] = e.cuda_graph;
+  n["cuda_attention"] = e.cuda_attention;
+  n["tp"] = e.tp;
+  return n;
+}
+
+}  // namespace tandem::config_detail
