@@ -32,6 +32,10 @@ namespace {
 const std::array kModels = {
     // Llama-3-8B shape (Meta's config.json: 32 layers, 4096 hidden, 32/8 heads, 14336 ffn).
     ModelSpec{"llama3-8b", 32, 4096, 32, 8, 14336, 128256, "bf16", 8192, 500000.0, 1e-5, false, ""},
+    // Llama-3.1-8B: the same shape with a 131,072-token context (long-prompt traces such as
+    // Mooncake's). Its RoPE frequency scaling for long contexts is not modelled by the real
+    // backends (dummy weights make it moot; a real 3.1 checkpoint would need it).
+    ModelSpec{"llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, "bf16", 131072, 500000.0, 1e-5, false, ""},
     // Llama-2-7B shape (the model of the Vidur comparison in stage 1's report).
     ModelSpec{"llama2-7b", 32, 4096, 32, 32, 11008, 32000, "fp16", 4096, 10000.0, 1e-5, false, ""},
     // Small shapes for the CPU reference backend: tests, and benchmarks (about 125M parameters).

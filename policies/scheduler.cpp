@@ -11,9 +11,13 @@ std::string_view to_string(BatchingPolicy p) {
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, KvCache& kv)
     : cfg_(cfg), reqs_(requests), kv_(kv), cancel_pending_(requests.size(), 0) {
-  if (cfg.max_num_seqs < 1 || cfg.max_num_batched_tokens < 1)
-    throw std::invalid_argument("Scheduler: max_num_seqs and max_num_batched_tokens must be >= 1");
+  if (cfg.max_num_seqs < 1 || cfg.max_num_batched_tokens < 1 || cfg.max_num_partial_prefills < 1)
+    throw std::invalid_argument("Scheduler: max_num_seqs, max_num_batched_tokens and max_num_partial_prefills must be >= 1");
   running_.reserve(static_cast<size_t>(cfg.max_num_seqs));
+  // With several prompts allowed part-way, each gets at most its share of the budget, so a
+  // prompt behind a long one can start in the same step (vLLM's concurrent partial prefills).
+  chunk_cap_ = std::max(1, cfg.max_num_batched_tokens / cfg.max_num_partial_prefills);
+  partial_.reserve(static_cast<size_t>(std::min(cfg.max_num_seqs, cfg.max_num_partial_prefills + 1)));
   plan_.seqs.reserve(static_cast<size_t>(cfg.max_num_seqs));
 }
 
@@ -25,7 +29,7 @@ bool Scheduler::add_request(ReqId id, Time now) {
   else if (r.max_output < 1) why = FailReason::EmptyOutput;
   else if (lifetime > cfg_.max_model_len) why = FailReason::ExceedsMaxModelLen;
   else if (!kv_.fits_at_all(lifetime)) why = FailReason::ExceedsKvCapacity;
-  else if (r.prompt_len > cfg_.max_num_batched_tokens) why = FailReason::PromptOverBudget;
+  else if (!cfg_.enable_chunked_prefill && r.prompt_len > cfg_.max_num_batched_tokens) why = FailReason::PromptOverBudget;
   else if (!kv_.has_state_slots()) why = FailReason::NoStateSlots;
   if (why != FailReason::None) {
     r.fail_reason = why;
@@ -52,6 +56,7 @@ bool Scheduler::cancel(ReqId id, Time now) {
       }
       kv_.release(id);
       running_.erase(std::find(running_.begin(), running_.end(), id));
+      if (auto it = std::find(partial_.begin(), partial_.end(), id); it != partial_.end()) partial_.erase(it);
       leave(r, RequestStatus::Cancelled, now);
       return true;
     default:
@@ -69,7 +74,9 @@ StepPlan& Scheduler::schedule(Time now) {
   if (in_flight_) throw std::logic_error("Scheduler::schedule: a step is already in flight");
   plan_.clear();
   budget_left_ = cfg_.max_num_batched_tokens;
+  partial_after_step_ = 0;
   schedule_running();
+  if (!partial_.empty()) schedule_partial_prefills();
   // Static batching admits only into an empty engine; continuous at every step. Either way
   // the check is O(1) per candidate, and nothing is done when nobody waits or seats are full.
   if (num_waiting_ > 0 && (cfg_.policy == BatchingPolicy::Continuous || running_.empty())) admit_waiting(now);
@@ -77,42 +84,65 @@ StepPlan& Scheduler::schedule(Time now) {
   return plan_;
 }
 
+void Scheduler::add_to_plan(ReqId id, const Request& r, int32_t n) {
+  kv_.ensure_capacity(id, int64_t{r.num_computed} + n);
+  // Only the step that reaches the end of the sequence samples: a prompt's last chunk, or a decode.
+  const bool samples = r.num_computed + n == r.target_len();
+  plan_.seqs.push_back({id, n, r.num_computed, samples, kv_.block_table(id)});
+  plan_.num_tokens += n;
+  plan_.num_samples += samples;
+  ++(r.prefilling() ? plan_.num_prefill_seqs : plan_.num_decode_seqs);
+  budget_left_ -= n;
+}
+
+// Decodes first: one token each, in admission order. A prompt part-way through its chunks
+// waits for schedule_partial_prefills, so a long prompt never starves the decodes.
 void Scheduler::schedule_running() {
   for (ReqId id : running_) {
     const Request& r = reqs_[static_cast<size_t>(id)];
-    if (done_generating(r)) continue;  // static batching: waits for its batch to leave
+    if (done_generating(r) || r.prefilling()) continue;  // static: waits for its batch; chunked: later
     const int32_t n = r.target_len() - r.num_computed;
     if (n > budget_left_) continue;
-    kv_.ensure_capacity(id, int64_t{r.num_computed} + n);
-    plan_.seqs.push_back({id, n, r.num_computed, true, kv_.block_table(id)});
-    plan_.num_tokens += n;
-    ++plan_.num_samples;
-    ++(r.prefilling() ? plan_.num_prefill_seqs : plan_.num_decode_seqs);
-    budget_left_ -= n;
+    add_to_plan(id, r, n);
+  }
+}
+
+// Prompts already part-way continue with what the decodes left of the budget, oldest first.
+void Scheduler::schedule_partial_prefills() {
+  for (ReqId id : partial_) {
+    const Request& r = reqs_[static_cast<size_t>(id)];
+    const int32_t n = std::min({r.prompt_len - r.num_computed, budget_left_, chunk_cap_});
+    if (n > 0) add_to_plan(id, r, n);
+    if (r.num_computed + n < r.prompt_len) ++partial_after_step_;
   }
 }
 
 void Scheduler::admit_waiting(Time now) {
-  while (static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs) {
+  while (static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs && budget_left_ > 0) {
     const ReqId id = front_waiting();
     if (id < 0) return;
     Request& r = reqs_[static_cast<size_t>(id)];
-    // FCFS: the head of the queue blocks the ones behind it (no overtaking).
-    if (r.prompt_len > budget_left_) return;
+    // FCFS: the head of the queue blocks the ones behind it (no overtaking). Without chunking a
+    // prompt must fit the budget left whole; with it, the prompt is cut to the budget left (and
+    // the per-prompt chunk cap), as long as fewer than max_num_partial_prefills prompts stay
+    // part-way after this step.
+    int32_t n = r.prompt_len;
+    if (cfg_.enable_chunked_prefill) n = std::min({n, budget_left_, chunk_cap_});
+    if (n < r.prompt_len && (!cfg_.enable_chunked_prefill || partial_after_step_ >= cfg_.max_num_partial_prefills)) return;
+    if (n > budget_left_) return;
     const int64_t lifetime = int64_t{r.prompt_len} + r.max_output;
     if (!kv_.can_admit(lifetime)) return;
     waiting_.pop_front();
     --num_waiting_;
-    kv_.admit(id, lifetime);
-    kv_.ensure_capacity(id, r.prompt_len);
+    kv_.admit(id, lifetime);  // the whole life is reserved now; blocks are taken as chunks compute
     r.status = RequestStatus::Running;
     r.first_scheduled = now;
     running_.push_back(id);
-    plan_.seqs.push_back({id, r.prompt_len, 0, true, kv_.block_table(id)});
-    plan_.num_tokens += r.prompt_len;
-    ++plan_.num_samples;
-    ++plan_.num_prefill_seqs;
-    budget_left_ -= r.prompt_len;
+    add_to_plan(id, r, n);
+    if (n < r.prompt_len) {
+      partial_.push_back(id);
+      ++partial_after_step_;
+    }
   }
 }
 
@@ -151,6 +181,12 @@ std::span<const ReqId> Scheduler::complete_step(Time now) {
     }
   }
   running_.resize(keep);
+  // A prompt leaves the part-way list when its last chunk is computed, or when it is cancelled.
+  if (!partial_.empty())
+    std::erase_if(partial_, [&](ReqId id) {
+      const Request& r = reqs_[static_cast<size_t>(id)];
+      return r.status != RequestStatus::Running || !r.prefilling();
+    });
   return left_;
 }
 

@@ -5,6 +5,13 @@
 //   static      admit a batch only when nothing runs; the batch leaves together
 //   continuous  requests join and leave at every step; a finished request frees its
 //               blocks at once
+//   chunked prefill (either policy)  there is no prefill phase and no decode phase: every
+//               running request has num_computed and a target (prompt + generated), and the
+//               step's token budget is handed out so that requests catch up: decodes first,
+//               then prompts already part-way, then new admissions in FCFS order. A prompt
+//               that does not fit the budget left is cut; only the chunk that reaches the
+//               end of the prompt samples. Without chunking a prompt is computed whole in
+//               its admission step (stage 1).
 //
 // Plan, then apply: schedule() chooses and allocates the KV the step needs; complete_step()
 // applies the step's outcome (tokens computed, tokens sampled, requests that leave).
@@ -29,6 +36,10 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 8192;  // per-step token budget
   int32_t max_model_len = 8192;
+  bool enable_chunked_prefill = true;    // false: stage 1 (a prompt runs whole, or fails at arrival)
+  // Prompts that may be part-way at once (chunking only). Above 1, every prompt chunk is capped
+  // at max_num_batched_tokens / max_num_partial_prefills, so that several prompts progress at once.
+  int32_t max_num_partial_prefills = 1;
 };
 
 class Scheduler {
@@ -53,13 +64,17 @@ class Scheduler {
   const StepPlan& current_plan() const { return plan_; }
   int32_t num_waiting() const { return num_waiting_; }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  // Running requests whose prompt is part-way computed (chunked prefill), admission order.
+  std::span<const ReqId> partial_prefills() const { return partial_; }
   std::span<const ReqId> running() const { return running_; }
   const KvCache& kv() const { return kv_; }
   const SchedulerConfig& config() const { return cfg_; }
 
  private:
   void schedule_running();
+  void schedule_partial_prefills();
   void admit_waiting(Time now);
+  void add_to_plan(ReqId id, const Request& r, int32_t n);
   void leave(Request& r, RequestStatus status, Time now);
   ReqId front_waiting();
   bool done_generating(const Request& r) const { return r.generated >= r.max_output; }
@@ -70,6 +85,9 @@ class Scheduler {
   std::deque<ReqId> waiting_;       // FCFS; may hold cancelled ids, skipped lazily
   int32_t num_waiting_ = 0;         // live entries of waiting_
   std::vector<ReqId> running_;      // admission order
+  std::vector<ReqId> partial_;      // running and still in the prompt after a chunk (<= max_num_partial_prefills + 1)
+  int32_t partial_after_step_ = 0;
+  int32_t chunk_cap_ = 0;           // most tokens one prompt chunk may take (budget / max partials)  // of partial_ and this step's admissions: still part-way after this step
   std::vector<uint8_t> cancel_pending_;  // by ReqId: cancel arrived while the step was in flight
   StepPlan plan_;
   int32_t budget_left_ = 0;

@@ -65,10 +65,10 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
   fmt::print(os, "{:<34}{:>14}{:>14}{:>12}\n", "metric", "A", "B", "(B-A)/A");
   std::vector<std::string> keys;
   for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms"})
-    for (const char* p : {"mean", "p50", "p90", "p99"}) keys.push_back(fmt::format("{}.{}", m, p));
+    for (const char* p : {"mean", "p50", "p90", "p99", "max", "std"}) keys.push_back(fmt::format("{}.{}", m, p));
   for (const char* k : {"throughput.requests_per_s", "throughput.output_tokens_per_s", "throughput.total_tokens_per_s",
                         "goodput.requests_per_s", "requests.finished", "requests.failed", "requests.cancelled",
-                        "jitter_ms", "prefix_cache.hit_rate", "kv_cache.mean_util", "kv_cache.peak_util", "steps",
+                        "jitter_ms", "steps_mix.decode_steps_with_prefill_share", "prefix_cache.hit_rate", "kv_cache.mean_util", "kv_cache.peak_util", "steps",
                         "makespan_s", "sim_s", "wall_s"})
     keys.push_back(k);
   for (const auto& k : keys) {

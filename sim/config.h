@@ -74,7 +74,9 @@ struct RequestsSpec {
 struct EngineSpec {
   BatchingPolicy policy = BatchingPolicy::Continuous;
   int32_t max_num_seqs = 256;
-  int32_t max_num_batched_tokens = 8192;
+  int32_t max_num_batched_tokens = 8192;  // per-step token budget; with chunking, the chunk size
+  bool enable_chunked_prefill = true;     // stage 2: prompts are cut to the budget left (false: stage 1)
+  int32_t max_num_partial_prefills = 1;   // prompts part-way at once (chunking only)
   int32_t block_size = 16;
   int64_t num_kv_blocks = 0;             // 0: derived from kv_memory_gb or device memory
   double kv_memory_gb = 0;               // 0: derived from device memory

@@ -12,8 +12,9 @@ namespace tandem::config_detail {
 EngineSpec parse_engine(const Field& f) {
   EngineSpec e;
   if (!f.present()) return e;
-  f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks", "kv_memory_gb",
-                "gpu_memory_utilization", "state_slots", "deterministic", "tp", "cuda_graph", "cuda_attention"});
+  f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "max_num_partial_prefills",
+                "block_size", "num_kv_blocks", "kv_memory_gb", "gpu_memory_utilization", "state_slots", "deterministic", "tp",
+                "cuda_graph", "cuda_attention"});
   const std::string pol = f.get_string("policy", "continuous");
   if (pol == "continuous") e.policy = BatchingPolicy::Continuous;
   else if (pol == "static") e.policy = BatchingPolicy::Static;
@@ -21,6 +22,13 @@ EngineSpec parse_engine(const Field& f) {
   e.max_num_seqs = int32_t(f.get_int("max_num_seqs", e.max_num_seqs, 1, 1 << 20));
   e.max_num_batched_tokens = int32_t(f.get_int("max_num_batched_tokens", e.max_num_batched_tokens, 1, kI32Max));
   e.block_size = int32_t(f.get_int("block_size", e.block_size, 1, 1 << 16));
+  if (f.has("enable_chunked_prefill")) e.enable_chunked_prefill = f["enable_chunked_prefill"].as_bool();
+  e.max_num_partial_prefills = int32_t(f.get_int("max_num_partial_prefills", e.max_num_partial_prefills, 1, 1 << 20));
+  // A chunk shorter than a block would make every prompt crawl a few tokens a step: refused.
+  if (e.enable_chunked_prefill && e.max_num_batched_tokens < e.block_size)
+    f[f.has("max_num_batched_tokens") ? "max_num_batched_tokens" : "block_size"].fail(fmt::format(
+        "with chunked prefill the token budget ({}) is the chunk size and must be at least one block ({} tokens)",
+        e.max_num_batched_tokens, e.block_size));
   e.num_kv_blocks = f.get_int("num_kv_blocks", 0, 1, kI32Max);
   e.kv_memory_gb = f.get_double("kv_memory_gb", 0, 1e-9, 1e9);
   e.gpu_memory_utilization = f.get_double("gpu_memory_utilization", e.gpu_memory_utilization, 0.01, 1.0);
@@ -42,6 +50,8 @@ YAML::Node engine_yaml(const EngineSpec& e) {
   n["policy"] = std::string(to_string(e.policy));
   n["max_num_seqs"] = e.max_num_seqs;
   n["max_num_batched_tokens"] = e.max_num_batched_tokens;
+  n["enable_chunked_prefill"] = e.enable_chunked_prefill;
+  n["max_num_partial_prefills"] = e.max_num_partial_prefills;
   n["block_size"] = e.block_size;
   n["num_kv_blocks"] = e.resolved_kv_blocks;
   n["gpu_memory_utilization"] = num(e.gpu_memory_utilization);

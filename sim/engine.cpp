@@ -9,7 +9,8 @@ namespace tandem {
 
 namespace {
 SchedulerConfig scheduler_config(const Workload& w) {
-  return {w.engine.policy, w.engine.max_num_seqs, w.engine.max_num_batched_tokens, w.model.max_model_len};
+  return {w.engine.policy,        w.engine.max_num_seqs,           w.engine.max_num_batched_tokens,
+          w.model.max_model_len,  w.engine.enable_chunked_prefill, w.engine.max_num_partial_prefills};
 }
 }  // namespace
 
@@ -116,7 +117,8 @@ void Engine::start_step_if_idle() {
   inflight_.kv_capacity = kv_.num_blocks();
   inflight_.waiting = sched_.num_waiting();
   inflight_.running = sched_.num_running();
-  metrics_.on_step(now_, inflight_.elapsed, inflight_.kv_used, inflight_.kv_capacity);
+  metrics_.on_step(now_, inflight_.elapsed, inflight_.kv_used, inflight_.kv_capacity, plan.num_decode_seqs,
+                   plan.num_prefill_seqs);
   last_step_end_ = now_ + inflight_.elapsed;
   events_.post(last_step_end_, StepDone{0});
 }

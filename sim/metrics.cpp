@@ -12,9 +12,12 @@ Percentiles percentiles(std::vector<double>& v) {
   p.n = int64_t(v.size());
   if (v.empty()) return p;
   std::sort(v.begin(), v.end());
-  double sum = 0;
+  double sum = 0, sq = 0;
   for (double x : v) sum += x;
   p.mean = sum / double(v.size());
+  for (double x : v) sq += (x - p.mean) * (x - p.mean);
+  p.stddev = std::sqrt(sq / double(v.size()));
+  p.max = v.back();
   auto rank = [&](double q) { return v[std::max<size_t>(1, size_t(std::ceil(q / 100.0 * double(v.size())))) - 1]; };
   p.p50 = rank(50);
   p.p90 = rank(90);
@@ -41,6 +44,14 @@ void LogHistogram::add(int64_t v) {
   ++counts_[bucket(v)];
   ++count_;
   sum_ += double(v);
+  sum_sq_ += double(v) * double(v);
+  max_ = std::max(max_, v);
+}
+
+double LogHistogram::stddev() const {
+  if (count_ == 0) return 0;
+  const double m = mean();
+  return std::sqrt(std::max(0.0, sum_sq_ / double(count_) - m * m));
 }
 
 double LogHistogram::percentile(double p) const {
@@ -85,7 +96,12 @@ void MetricsRecorder::on_token(Request& r, Time now) {
   r.last_token = now;
 }
 
-void MetricsRecorder::on_step(Time start, Duration elapsed, int32_t used, int32_t capacity) {
+void MetricsRecorder::on_step(Time start, Duration elapsed, int32_t used, int32_t capacity, int32_t decode_seqs,
+                              int32_t prefill_seqs) {
+  if (decode_seqs > 0) {
+    ++decode_steps_;
+    decode_steps_with_prefill_ += prefill_seqs > 0;
+  }
   const double u = capacity > 0 ? double(used) / capacity : 0.0;
   kv_used_time_ += u * double(elapsed);
   busy_time_ += double(elapsed);
@@ -139,7 +155,10 @@ Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload
   s.e2e_ms = percentiles(e2e);
   s.queue_ms = percentiles(queue);
   s.itl_ms = {itl_.mean() * 1e-6, itl_.percentile(50) * 1e-6, itl_.percentile(90) * 1e-6, itl_.percentile(99) * 1e-6,
-              itl_.count()};
+              double(itl_.max()) * 1e-6, itl_.stddev() * 1e-6, itl_.count()};
+  s.decode_steps = decode_steps_;
+  s.decode_steps_with_prefill = decode_steps_with_prefill_;
+  s.decode_steps_with_prefill_share = decode_steps_ ? double(decode_steps_with_prefill_) / double(decode_steps_) : 0.0;
   s.itl_histogram_ns = itl_.buckets();
   s.jitter_ms = jitter_n ? jitter_sum / double(jitter_n) : 0.0;
   s.makespan_s = first_arrival != kNever && last_finish > first_arrival ? to_seconds(last_finish - first_arrival) : 0.0;

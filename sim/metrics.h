@@ -15,7 +15,8 @@
 namespace tandem {
 
 struct Percentiles {
-  double mean = 0, p50 = 0, p90 = 0, p99 = 0;
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
+  double stddev = 0;  // population standard deviation
   int64_t n = 0;
 };
 
@@ -27,6 +28,9 @@ class LogHistogram {
   void add(int64_t v);
   int64_t count() const { return count_; }
   double mean() const { return count_ ? sum_ / double(count_) : 0.0; }
+  // Exact, not bucketed: kept beside the buckets.
+  int64_t max() const { return max_; }
+  double stddev() const;
   // Nearest-rank percentile; returns the bucket's midpoint.
   double percentile(double p) const;
   // Non-empty buckets as (lower bound, upper bound, count), for plots.
@@ -40,6 +44,8 @@ class LogHistogram {
   std::vector<int64_t> counts_ = std::vector<int64_t>(64 * kSub, 0);
   int64_t count_ = 0;
   double sum_ = 0;
+  double sum_sq_ = 0;
+  int64_t max_ = 0;
 };
 
 struct Summary {
@@ -50,6 +56,10 @@ struct Summary {
   int64_t total = 0, finished = 0, failed = 0, cancelled = 0;
   std::map<std::string, int64_t> failed_by_reason;
   double jitter_ms = 0;  // mean over requests of the standard deviation of their ITLs
+  // Steps that carried at least one decode, and of those the ones that also carried prefill
+  // tokens (a whole prompt or a chunk): the decodes that waited for a prefill.
+  int64_t decode_steps = 0, decode_steps_with_prefill = 0;
+  double decode_steps_with_prefill_share = 0;
   double prefix_hit_rate = 0;
   int64_t prefix_hit_tokens = 0, prefix_queried_tokens = 0;
   double kv_mean_util = 0, kv_peak_util = 0;  // time-weighted mean and peak of blocks in use
@@ -66,8 +76,9 @@ class MetricsRecorder {
  public:
   // A token of `r` was sampled at `now`.
   void on_token(Request& r, Time now);
-  // A step ran from `start` for `elapsed`, with `used` of `capacity` KV blocks in use.
-  void on_step(Time start, Duration elapsed, int32_t used, int32_t capacity);
+  // A step ran from `start` for `elapsed`, with `used` of `capacity` KV blocks in use, and
+  // that many decoding and prefilling sequences.
+  void on_step(Time start, Duration elapsed, int32_t used, int32_t capacity, int32_t decode_seqs, int32_t prefill_seqs);
   Summary summarize(std::span<const Request> reqs, const Workload& w, const std::string& backend, double wall_s) const;
 
  private:
@@ -75,7 +86,7 @@ class MetricsRecorder {
   double kv_used_time_ = 0;  // sum of used/capacity * elapsed
   double busy_time_ = 0;
   double kv_peak_ = 0;
-  int64_t steps_ = 0;
+  int64_t steps_ = 0, decode_steps_ = 0, decode_steps_with_prefill_ = 0;
   Time last_step_end_ = 0;
 };
 

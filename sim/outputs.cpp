@@ -24,7 +24,8 @@ namespace tandem {
 
 namespace {
 nlohmann::json pct_json(const Percentiles& p) {
-  return {{"mean", p.mean}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"count", p.n}};
+  return {{"mean", p.mean}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99},
+          {"max", p.max},   {"std", p.stddev}, {"count", p.n}};
 }
 double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -55,6 +56,14 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
   j["requests"] = {{"total", s.total}, {"finished", s.finished}, {"failed", s.failed}, {"cancelled", s.cancelled},
                    {"failed_by_reason", s.failed_by_reason}};
   j["jitter_ms"] = s.jitter_ms;
+  // How often decodes shared their step with prefill work (a whole prompt or a chunk).
+  j["steps_mix"] = {{"decode_steps", s.decode_steps},
+                    {"decode_steps_with_prefill", s.decode_steps_with_prefill},
+                    {"decode_steps_with_prefill_share", s.decode_steps_with_prefill_share}};
+  j["engine"] = {{"enable_chunked_prefill", w.engine.enable_chunked_prefill},
+                 {"max_num_batched_tokens", w.engine.max_num_batched_tokens},
+                 {"max_num_partial_prefills", w.engine.max_num_partial_prefills},
+                 {"max_num_seqs", w.engine.max_num_seqs}};
   j["prefix_cache"] = {{"hit_rate", s.prefix_hit_rate}, {"hit_tokens", s.prefix_hit_tokens},
                        {"queried_tokens", s.prefix_queried_tokens}};
   j["kv_cache"] = {{"blocks", s.kv_blocks}, {"block_size", w.engine.block_size},
@@ -75,9 +84,10 @@ void print_summary(std::ostream& os, const Summary& s) {
   fmt::print(os, "requests {}: finished {}, cancelled {}, failed {}", s.total, s.finished, s.cancelled, s.failed);
   for (const auto& [why, n] : s.failed_by_reason) fmt::print(os, " [{} {}]", why, n);
   fmt::print(os, "\n");
-  fmt::print(os, "{:<10}{:>12}{:>12}{:>12}{:>12}\n", "metric", "mean", "p50", "p90", "p99");
+  fmt::print(os, "{:<10}{:>12}{:>12}{:>12}{:>12}{:>12}{:>12}\n", "metric", "mean", "p50", "p90", "p99", "max", "std");
   auto row = [&](const char* name, const Percentiles& p) {
-    fmt::print(os, "{:<10}{:>12.2f}{:>12.2f}{:>12.2f}{:>12.2f}\n", name, p.mean, p.p50, p.p90, p.p99);
+    fmt::print(os, "{:<10}{:>12.2f}{:>12.2f}{:>12.2f}{:>12.2f}{:>12.2f}{:>12.2f}\n", name, p.mean, p.p50, p.p90, p.p99,
+               p.max, p.stddev);
   };
   row("TTFT ms", s.ttft_ms);
   row("TPOT ms", s.tpot_ms);
@@ -91,6 +101,8 @@ void print_summary(std::ostream& os, const Summary& s) {
                100 * s.goodput_fraction, s.slo_ttft_ms, s.slo_tpot_ms);
   fmt::print(os, "KV cache {} blocks: mean use {:.1f}%, peak {:.1f}%   jitter {:.2f} ms\n", s.kv_blocks,
              100 * s.kv_mean_util, 100 * s.kv_peak_util, s.jitter_ms);
+  fmt::print(os, "decode steps {}: {:.1f}% also carried prefill tokens\n", s.decode_steps,
+             100 * s.decode_steps_with_prefill_share);
   fmt::print(os, "steps {}  simulated {:.3f} s  wall {:.3f} s  peak RSS {:.0f} MB\n", s.steps, s.sim_s, s.wall_s,
              double(s.peak_rss_kb) / 1024.0);
 }

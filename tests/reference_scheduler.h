@@ -18,6 +18,8 @@ struct RefConfig {
   bool static_batching = false;
   int max_num_seqs = 1, budget = 1, max_model_len = 1 << 30;
   int num_blocks = 1, block_size = 16, state_slots = -1;
+  bool chunked = false;  // chunked prefill
+  int max_partials = 1;  // prompts part-way at once after a step
 };
 
 struct RefSeq {
@@ -40,7 +42,7 @@ class ReferenceScheduler {
     Request& r = reqs_[id];
     const long life = long(r.prompt_len) + r.max_output;
     if (r.prompt_len < 1 || r.max_output < 1 || life > c_.max_model_len || ceil_div(life, c_.block_size) > c_.num_blocks ||
-        r.prompt_len > c_.budget || c_.state_slots == 0) {
+        (!c_.chunked && r.prompt_len > c_.budget) || c_.state_slots == 0) {
       r.status = RequestStatus::Failed;
       return false;
     }
@@ -70,20 +72,38 @@ class ReferenceScheduler {
   std::vector<RefSeq> schedule() {
     std::vector<RefSeq> plan;
     int budget = c_.budget;
+    auto push = [&](ReqId id, int n) {
+      Request& r = reqs_[id];
+      grow(id, r.num_computed + n);
+      plan.push_back({id, n, r.num_computed, r.num_computed + n == r.prompt_len + r.generated, tables_[id]});
+      budget -= n;
+    };
+    // Decodes: running requests past their prompt.
     for (ReqId id : running_) {
       Request& r = reqs_[id];
-      if (r.generated >= r.max_output) continue;
+      if (r.generated >= r.max_output || r.num_computed < r.prompt_len) continue;
       const int n = r.prompt_len + r.generated - r.num_computed;
-      if (n > budget) continue;
-      grow(id, r.num_computed + n);
-      plan.push_back({id, n, r.num_computed, true, tables_[id]});
-      budget -= n;
+      if (n <= budget) push(id, n);
+    }
+    // Prompts part-way: found by scanning every running request. Each prompt chunk takes at
+    // most the budget's share per allowed part-way prompt.
+    const int cap = std::max(1, c_.budget / c_.max_partials);
+    int partial_after = 0;
+    for (ReqId id : running_) {
+      Request& r = reqs_[id];
+      if (r.num_computed >= r.prompt_len) continue;
+      const int n = std::min({r.prompt_len - r.num_computed, budget, cap});
+      if (n > 0) push(id, n);
+      if (r.num_computed + n < r.prompt_len) ++partial_after;
     }
     const bool may_admit = !c_.static_batching || running_.empty();
-    while (may_admit && !waiting_.empty() && int(running_.size()) < c_.max_num_seqs) {
+    while (may_admit && !waiting_.empty() && int(running_.size()) < c_.max_num_seqs && budget > 0) {
       const ReqId id = waiting_.front();
       Request& r = reqs_[id];
-      if (r.prompt_len > budget) break;
+      int n = r.prompt_len;
+      if (c_.chunked) n = std::min({n, budget, cap});
+      if (n > budget) break;
+      if (n < r.prompt_len && (!c_.chunked || partial_after >= c_.max_partials)) break;
       // Recompute everything for this candidate.
       int outstanding = 0;
       for (ReqId q : running_) outstanding += reserved_[q] - int(tables_[q].size());
@@ -95,9 +115,8 @@ class ReferenceScheduler {
       tables_[id];
       running_.push_back(id);
       r.status = RequestStatus::Running;
-      grow(id, r.prompt_len);
-      plan.push_back({id, r.prompt_len, 0, true, tables_[id]});
-      budget -= r.prompt_len;
+      push(id, n);
+      if (n < r.prompt_len) ++partial_after;
     }
     in_flight_ = !plan.empty();
     last_plan_ = plan;

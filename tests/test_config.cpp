@@ -284,3 +284,31 @@ TEST_CASE("timestamps") {
   CHECK(parse_timestamp("2024-02-29 12:00:00", a));
   CHECK_FALSE(parse_timestamp("yesterday", a));
 }
+
+TEST_CASE("chunked prefill knobs: defaults, the resolved YAML round trip, and bad values naming the field") {
+  Workload w = parse_workload(kBase, "w.yaml");
+  CHECK(w.engine.enable_chunked_prefill);  // on by default, as in vLLM v1
+  CHECK(w.engine.max_num_partial_prefills == 1);
+  Workload off = parse_workload(kBase, "w.yaml", {{"engine.enable_chunked_prefill", "false"},
+                                                   {"engine.max_num_partial_prefills", "3"}});
+  CHECK_FALSE(off.engine.enable_chunked_prefill);
+  CHECK(off.engine.max_num_partial_prefills == 3);
+  const Workload back = parse_workload(to_yaml(off), "resolved.yaml");
+  CHECK_FALSE(back.engine.enable_chunked_prefill);
+  CHECK(back.engine.max_num_partial_prefills == 3);
+  // A chunk smaller than a block: refused with chunking on, fine with it off (stage 1).
+  std::string e = error_of(std::string(kBase) + "engine:\n  max_num_batched_tokens: 8\n");
+  CHECK_MESSAGE(e.find("w.yaml:10:") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("'engine.max_num_batched_tokens'") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("at least one block (16 tokens)") != std::string::npos, e);
+  CHECK(error_of(std::string(kBase) + "engine:\n  max_num_batched_tokens: 8\n  enable_chunked_prefill: false\n").empty());
+  e = error_of(kBase, {{"engine.block_size", "32"}, {"engine.max_num_batched_tokens", "31"}});
+  CHECK_MESSAGE(e.find("engine.max_num_batched_tokens") != std::string::npos, e);
+  e = error_of(std::string(kBase) + "engine:\n  max_num_partial_prefills: 0\n");
+  CHECK_MESSAGE(e.find("'engine.max_num_partial_prefills'") != std::string::npos, e);
+  e = error_of(kBase, {{"engine.enable_chunked_prefill", "maybe"}});
+  CHECK_MESSAGE(e.find("engine.enable_chunked_prefill") != std::string::npos, e);
+  CHECK(parse_workload("model: llama3.1-8b\nhardware: h200\nrequests: {count: 1, arrival: {process: burst}, prompt_len: 100000, "
+                       "output_len: 10}\n", "w.yaml")
+            .model.max_model_len == 131072);
+}

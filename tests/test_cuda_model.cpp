@@ -238,6 +238,8 @@ class ModelExecutor final : public executor_i {
   cuda::CudaModel& m_;
 };
 
+const Override kNoChunking{"engine.enable_chunked_prefill", "false"};
+
 std::vector<std::vector<Token>> golden_on_gpu(const std::vector<Override>& overrides, bool graphs,
                                               cuda::CudaModelStats* stats = nullptr,
                                               cuda::AttentionKernel kernel = cuda::AttentionKernel::Simt) {
@@ -261,7 +263,7 @@ std::vector<std::vector<Token>> golden_on_gpu(const std::vector<Override>& overr
 TEST_CASE("golden on the GPU: static vs continuous, CUDA Graphs on and off, token-identical (each attention kernel)") {
   for (const auto kernel : kAttentionKernels) {
   CAPTURE(name(kernel));
-  const auto base = golden_on_gpu({{"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, false, nullptr, kernel);
+  const auto base = golden_on_gpu({kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, false, nullptr, kernel);
   size_t tokens = 0;
   for (const auto& o : base) tokens += o.size();
   MESSAGE("baseline (static, eager): ", base.size(), " requests, ", tokens, " output tokens");
@@ -271,11 +273,12 @@ TEST_CASE("golden on the GPU: static vs continuous, CUDA Graphs on and off, toke
     bool graphs;
   };
   const std::vector<Run> runs = {
-      {"static, graphs on", {{"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, true},
-      {"continuous 16 seats, graphs off", {}, false},
-      {"continuous 16 seats, graphs on", {}, true},
-      {"continuous 2 seats, graphs on", {{"engine.max_num_seqs", "2"}}, true},
-      {"continuous 40 seats, budget 600, graphs on", {{"engine.max_num_seqs", "40"}, {"engine.max_num_batched_tokens", "600"}}, true},
+      {"static, graphs on", {kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, true},
+      {"continuous 16 seats, graphs off", {kNoChunking}, false},
+      {"continuous 16 seats, graphs on", {kNoChunking}, true},
+      {"continuous 2 seats, graphs on", {kNoChunking, {"engine.max_num_seqs", "2"}}, true},
+      {"continuous 40 seats, budget 600, graphs on",
+       {kNoChunking, {"engine.max_num_seqs", "40"}, {"engine.max_num_batched_tokens", "600"}}, true},
   };
   for (const Run& run : runs) {
     cuda::CudaModelStats st;
@@ -287,6 +290,23 @@ TEST_CASE("golden on the GPU: static vs continuous, CUDA Graphs on and off, toke
     if (run.graphs) CHECK_MESSAGE(st.graph_replays > 0, run.label, ": no step replayed a graph");
     else CHECK(st.graph_replays == 0);
   }
+  }
+}
+
+TEST_CASE("golden on the GPU (stage 2): chunked prefill on vs off, budgets 16, 61, 512, CUDA Graphs on and off (each attention kernel)") {
+  for (const auto kernel : kAttentionKernels) {
+    CAPTURE(name(kernel));
+    const auto base = golden_on_gpu({kNoChunking}, false, nullptr, kernel);
+    for (const char* budget : {"16", "61", "512"})
+      for (const bool graphs : {false, true}) {
+        cuda::CudaModelStats st;
+        const auto out = golden_on_gpu({{"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", budget}},
+                                       graphs, &st, kernel);
+        CHECK_MESSAGE(out == base, "budget ", budget, ", graphs ", graphs, ": outputs differ from the unchunked baseline");
+        MESSAGE(name(kernel), ", chunked at ", budget, ", graphs ", graphs, ": ", st.eager_steps, " eager steps, ",
+                st.graph_replays, " replays");
+        if (graphs) CHECK_MESSAGE(st.graph_replays > 0, "budget ", budget, ": no step replayed a graph");
+      }
   }
 }
 

@@ -30,6 +30,9 @@ Case random_case(uint64_t seed) {
   c.cfg.budget = int(rng.uniform_int(8, 600));
   c.cfg.max_model_len = rng.uniform() < 0.2 ? int(rng.uniform_int(50, 400)) : 1 << 30;
   c.cfg.state_slots = rng.uniform() < 0.2 ? int(rng.uniform_int(0, 6)) : -1;
+  c.cfg.chunked = rng.uniform() < 0.6;
+  c.cfg.max_partials = int(rng.uniform_int(1, 3));
+  if (c.cfg.chunked && rng.uniform() < 0.5) c.cfg.budget = int(rng.uniform_int(8, 64));  // many chunks per prompt
   const int n = int(rng.uniform_int(1, 60));
   for (int i = 0; i < n; ++i) {
     Request r;
@@ -42,6 +45,13 @@ Case random_case(uint64_t seed) {
   return c;
 }
 
+// A cancellation victim: any request, or (half the time, when there is one) a prompt part-way
+// through its chunks, the case chunked prefill adds.
+ReqId victim(Rng& rng, const Scheduler& s, size_t n) {
+  if (!s.partial_prefills().empty() && rng.uniform() < 0.5) return s.partial_prefills().front();
+  return ReqId(rng.uniform_int(0, int64_t(n) - 1));
+}
+
 std::vector<RefSeq> to_ref(const StepPlan& p) {
   std::vector<RefSeq> out;
   for (const auto& s : p.seqs) out.push_back({s.id, s.num_tokens, s.num_computed_before, s.samples, {s.block_table.begin(), s.block_table.end()}});
@@ -50,34 +60,38 @@ std::vector<RefSeq> to_ref(const StepPlan& p) {
 
 }  // namespace
 
-TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 random workloads") {
-  int64_t total_steps = 0, total_admitted = 0;
+TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 random workloads, chunked and not") {
+  int64_t total_steps = 0, total_admitted = 0, mid_prompt_chunks = 0, mid_prompt_cancels = 0;
   for (uint64_t seed = 1; seed <= 600; ++seed) {
     Case c = random_case(seed);
     std::vector<Request> a = c.reqs, b = c.reqs;
     KvCache kv(c.cfg.num_blocks, c.cfg.block_size, c.cfg.state_slots, int32_t(a.size()));
     SchedulerConfig sc{c.cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous, c.cfg.max_num_seqs,
-                       c.cfg.budget, c.cfg.max_model_len};
+                       c.cfg.budget, c.cfg.max_model_len, c.cfg.chunked, c.cfg.max_partials};
     Scheduler fast(sc, a, kv);
     ReferenceScheduler ref(c.cfg, b);
     Rng rng(seed * 7919);
-    INFO(fmt::format("seed {} static={} blocks={}x{} seqs={} budget={} slots={}", seed, c.cfg.static_batching,
-                     c.cfg.num_blocks, c.cfg.block_size, c.cfg.max_num_seqs, c.cfg.budget, c.cfg.state_slots));
+    INFO(fmt::format("seed {} static={} blocks={}x{} seqs={} budget={} slots={} chunked={} partials={}", seed,
+                     c.cfg.static_batching, c.cfg.num_blocks, c.cfg.block_size, c.cfg.max_num_seqs, c.cfg.budget,
+                     c.cfg.state_slots, c.cfg.chunked, c.cfg.max_partials));
     for (int step = 0; step < 5000; ++step) {
       for (size_t i = 0; i < a.size(); ++i)
         if (c.arrive_at_step[i] == step) REQUIRE(fast.add_request(ReqId(i), step) == ref.add(ReqId(i)));
       // Cancel someone now and then, before planning.
       if (rng.uniform() < 0.05) {
-        const ReqId v = ReqId(rng.uniform_int(0, int64_t(a.size()) - 1));
+        const ReqId v = victim(rng, fast, a.size());
+        mid_prompt_cancels += a[size_t(v)].status == RequestStatus::Running && a[size_t(v)].prefilling();
         REQUIRE(fast.cancel(v, step) == ref.cancel(v));
       }
       const StepPlan& p = fast.schedule(step);
       const auto rp = ref.schedule();
       REQUIRE(to_ref(p) == rp);
       total_admitted += p.num_prefill_seqs;
+      for (const ScheduledSeq& sq : p.seqs) mid_prompt_chunks += !sq.samples;
       // ... and sometimes while the step is in flight.
       if (rng.uniform() < 0.05) {
-        const ReqId v = ReqId(rng.uniform_int(0, int64_t(a.size()) - 1));
+        const ReqId v = victim(rng, fast, a.size());
+        mid_prompt_cancels += a[size_t(v)].status == RequestStatus::Running && a[size_t(v)].prefilling();
         REQUIRE(fast.cancel(v, step) == ref.cancel(v));
       }
       REQUIRE(kv.free_blocks() == ref.free_blocks());
@@ -102,6 +116,9 @@ TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 rand
     }
     for (const Request& r : a) REQUIRE_FALSE(r.alive());
   }
-  MESSAGE("compared ", total_steps, " steps, ", total_admitted, " admissions");
+  MESSAGE("compared ", total_steps, " steps, ", total_admitted, " prefill seqs, ", mid_prompt_chunks,
+          " chunks that stop mid-prompt, ", mid_prompt_cancels, " cancellations of a part-way prompt");
   CHECK(total_steps > 10000);
+  CHECK(mid_prompt_chunks > 1000);
+  CHECK(mid_prompt_cancels > 20);
 }

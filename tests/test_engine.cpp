@@ -47,8 +47,8 @@ std::string random_workload(uint64_t seed) {
                             "{process: constant, rate: 50}"};
   return fmt::format(R"(seed: {}
 model: {{layers: 4, hidden: 512, heads: 8, kv_heads: 2, ffn: 1024, vocab: 1000, max_model_len: {}}}
-hardware: {{peak_tflops: 100, mem_bandwidth_tbs: 1, step_overhead_us: 50, memory_gb: 10}}
-engine: {{policy: {}, max_num_seqs: {}, max_num_batched_tokens: {}, block_size: {}, num_kv_blocks: {}{}}}
+hardware: {{peak_tflops: {}, mem_bandwidth_tbs: {}, step_overhead_us: 50, memory_gb: 10}}
+engine: {{policy: {}, max_num_seqs: {}, max_num_batched_tokens: {}, block_size: {}, num_kv_blocks: {}{}, enable_chunked_prefill: {}, max_num_partial_prefills: {}}}
 requests:
   count: {}
   arrival: {}
@@ -56,9 +56,12 @@ requests:
   output_len: {{dist: uniform, min: 1, max: {}}}
   cancel: {{fraction: {}, after_s: {{dist: uniform, min: 0, max: 0.5}}}}
 )",
-                     seed, rng.uniform_int(200, 4000), rng.uniform() < 0.3 ? "static" : "continuous",
+                     seed, rng.uniform_int(200, 4000),
+                     rng.uniform() < 0.5 ? 100.0 : 0.1, rng.uniform() < 0.5 ? 1.0 : 0.01,  // slow: prompts take long
+                     rng.uniform() < 0.3 ? "static" : "continuous",
                      rng.uniform_int(1, 64), rng.uniform_int(64, 4096), rng.uniform() < 0.5 ? 16 : 1 + rng.uniform_int(0, 31),
                      rng.uniform_int(8, 3000), rng.uniform() < 0.2 ? fmt::format(", state_slots: {}", rng.uniform_int(0, 8)) : "",
+                     rng.uniform() < 0.6 ? "true" : "false", rng.uniform_int(1, 3),
                      rng.uniform_int(1, 400), arrivals[rng.uniform_int(0, 3)], rng.uniform_int(10, 800), rng.uniform_int(1, 300),
                      rng.uniform() * 0.3);
 }
@@ -85,8 +88,8 @@ TEST_CASE("virtual clock never goes back") {
   CHECK(c.now() == 10);
 }
 
-TEST_CASE("property: 300 random workloads, held + reserved <= capacity at every step, no request lost") {
-  int64_t total_steps = 0, finished = 0, failed = 0, cancelled = 0;
+TEST_CASE("property: 300 random workloads, chunked and not, held + reserved <= capacity at every step, no request lost") {
+  int64_t total_steps = 0, finished = 0, failed = 0, cancelled = 0, chunked_runs = 0, cancelled_mid_prompt = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     const std::string y = random_workload(seed);
     INFO(y);
@@ -101,12 +104,20 @@ TEST_CASE("property: 300 random workloads, held + reserved <= capacity at every 
     finished += s.finished;
     failed += s.failed;
     cancelled += s.cancelled;
+    const bool chunked = run.w.engine.enable_chunked_prefill;
+    chunked_runs += chunked;
     for (const Request& r : run.engine->requests()) {
       if (r.status == RequestStatus::Finished) CHECK(r.generated == r.max_output);
       if (r.status == RequestStatus::Failed) CHECK(r.fail_reason != FailReason::None);
+      if (chunked) CHECK(r.fail_reason != FailReason::PromptOverBudget);  // chunking serves any prompt
+      // A cancelled request that was scheduled but never sampled was cut mid-prompt.
+      cancelled_mid_prompt += r.status == RequestStatus::Cancelled && r.first_scheduled != kNever && r.generated == 0;
     }
   }
-  MESSAGE(total_steps, " steps; finished ", finished, ", failed ", failed, ", cancelled ", cancelled);
+  MESSAGE(total_steps, " steps; finished ", finished, ", failed ", failed, ", cancelled ", cancelled, " (",
+          cancelled_mid_prompt, " in the middle of their prompt); ", chunked_runs, " runs chunked");
+  CHECK(chunked_runs > 100);
+  CHECK(cancelled_mid_prompt > 0);
   CHECK(finished > 0);
   CHECK(failed > 0);
   CHECK(cancelled > 0);
