@@ -1,6 +1,10 @@
 #include "backend/cost_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
+#include <stdexcept>
 
 namespace tandem {
 
@@ -65,6 +69,22 @@ StepCost FittedCostModel::estimate(const StepPlan& plan) const {
   return c;
 }
 
+std::string AnalyticalCostModel::inputs() const {
+  std::string s = fmt::format("hardware '{}': peak_tflops {:.6g}, mem_bandwidth_tbs {:.6g}, step_overhead_us {:.6g}",
+                              hw_.name, hw_.peak_flops / 1e12, hw_.mem_bandwidth / 1e12, hw_.step_overhead_s * 1e6);
+  if (tp_ > 1)
+    s += fmt::format(", link_bandwidth_gbs {:.6g}, link_latency_us {:.6g} (tp {})", hw_.link_bandwidth / 1e9,
+                     hw_.link_latency_s * 1e6, tp_);
+  return s + fmt::format("; model '{}'", m_.name);
+}
+
+std::string FittedCostModel::inputs() const {
+  return fmt::format("fitted profile ({} on '{}'): overhead_us {:.6g}, per_token_us {:.6g}, per_seq_us {:.6g}, "
+                     "per_attn_pair_ns {:.6g}, per_context_token_ns {:.6g}, per_sample_us {:.6g}, idle_factor {:.6g}",
+                     c_.backend, c_.model, c_.overhead_s * 1e6, c_.per_token_s * 1e6, c_.per_seq_s * 1e6,
+                     c_.per_attn_pair_s * 1e9, c_.per_context_token_s * 1e9, c_.per_sample_s * 1e6, c_.idle_factor);
+}
+
 std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw, int32_t tp) {
   if (hw.fitted) return std::make_unique<FittedCostModel>(*hw.fitted);
   return std::make_unique<AnalyticalCostModel>(m, hw, tp);
@@ -73,7 +93,14 @@ std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const Hardware
 StepResult SimExecutor::execute(const StepPlan& plan) {
   StepResult r;
   r.cost = model_->estimate(plan);
-  r.elapsed = std::max<Duration>(1, from_seconds(r.cost.total_s()));
+  const double total = r.cost.total_s();
+  if (!std::isfinite(total) || total < 0 || total > kMaxStepSeconds)
+    throw std::runtime_error(fmt::format("the cost model charges {:.6g} s for a step of {} tokens over {} sequences (gemm {:.6g} s, "
+                                 "attention {:.6g} s, overhead {:.6g} s, communication {:.6g} s); the simulator takes "
+                                 "steps of at most {:.0g} s: the inputs are too slow for this model ({})",
+                                 total, plan.num_tokens, plan.seqs.size(), r.cost.gemm_s, r.cost.attention_s,
+                                 r.cost.overhead_s, r.cost.comm_s, kMaxStepSeconds, model_->inputs()));
+  r.elapsed = std::max<Duration>(1, from_seconds(total));
   return r;
 }
 

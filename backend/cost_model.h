@@ -15,6 +15,7 @@ class AnalyticalCostModel final : public cost_model_i {
   // plus two all-reduces of the activations per layer over the hardware's link.
   AnalyticalCostModel(const ModelSpec& m, const HardwareSpec& hw, int32_t tp = 1);
   StepCost estimate(const StepPlan& plan) const override;
+  std::string inputs() const override;
 
  private:
   ModelSpec m_;
@@ -29,6 +30,7 @@ class FittedCostModel final : public cost_model_i {
  public:
   explicit FittedCostModel(const FittedCoefficients& c) : c_(c) {}
   StepCost estimate(const StepPlan& plan) const override;
+  std::string inputs() const override;
 
  private:
   FittedCoefficients c_;
@@ -46,6 +48,8 @@ PlanFeatures plan_features(const StepPlan& plan);
 std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw, int32_t tp = 1);
 
 // Simulated-time executor: asks a cost model how long the plan takes; samples nothing.
+// A cost that is not finite or is longer than kMaxStepSeconds stops the run (an error naming
+// the cost model's inputs), never wraps the clock.
 class SimExecutor final : public executor_i {
  public:
   explicit SimExecutor(std::unique_ptr<cost_model_i> model) : model_(std::move(model)) {}

@@ -10,6 +10,8 @@ class cost_model_i {
  public:
   virtual ~cost_model_i() = default;
   virtual StepCost estimate(const StepPlan& plan) const = 0;
+  // The inputs its costs come from (the hardware numbers or fitted coefficients), for messages.
+  virtual std::string inputs() const { return {}; }
 };
 
 class executor_i {

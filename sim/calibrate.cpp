@@ -273,6 +273,13 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
   if (!vm.count("out")) throw InputError("calibrate: --out PROFILE.yaml is required");
   if (vm.count("workload") && !vm["model"].defaulted())
     throw InputError("calibrate: give --workload (fit on its steps) or --model (fit on a grid), not both");
+  for (const char* k : {"reps", "quick"})  // grid-mode options: unused with --workload
+    if (vm.count("workload") && !vm[k].defaulted())
+      throw InputError(fmt::format("calibrate: --{} applies to grid mode (--model), not to --workload", k));
+  if (backend != "cpu" && !vm["threads"].defaulted())
+    throw InputError(fmt::format("calibrate --threads: only the CPU backend uses threads (this one is {})", backend));
+  if (const int reps = vm["reps"].as<int>(); reps < 1 || reps > 1000)
+    throw InputError(fmt::format("calibrate: --reps {}: must be in [1, 1000]", reps));
   {  // fail now, not after minutes of measuring
     std::ofstream probe(vm["out"].as<std::string>(), std::ios::app);
     if (!probe) throw InputError(fmt::format("calibrate: cannot write {}", vm["out"].as<std::string>()));

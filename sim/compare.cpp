@@ -4,30 +4,58 @@
 #include <fmt/ostream.h>
 
 #include <cmath>
+#include <filesystem>
+#include <sstream>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "sim/config.h"
 #include "sim/csv.h"
+#include "sim/json_strict.h"
 
 namespace tandem {
 
 namespace {
+// The node at a dotted path, whatever its type; nullptr where absent.
+const nlohmann::json* lookup(const nlohmann::json& j, const std::string& dotted);
+
 nlohmann::json load_summary(const std::string& dir) {
   const std::string path = dir + "/summary.json";
+  std::error_code ec;  // checked before opening: a FIFO would block the open
+  if (!std::filesystem::exists(path, ec))
+    throw InputError(fmt::format("{}: cannot open (is '{}' a run folder written with --out?)", path, dir));
+  require_regular_file(path);
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}: cannot open (is '{}' a run folder written with --out?)", path, dir));
   nlohmann::json j;
   try {
-    require_regular_file(path);
-    j = nlohmann::json::parse(in);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    j = parse_json_strict(ss.str());
+  } catch (const JsonDuplicateKey& e) {
+    throw InputError(fmt::format("{}: key '{}' appears twice in one object", path, e.key));
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
   } catch (const std::ios_base::failure& e) {
     throw InputError(fmt::format("{}: cannot read: {}", path, e.what()));
   }
   if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object (a summary.json written by tandem run --out)", path));
+  // The stable metrics (README, Outputs) must be there, as numbers; without them the
+  // comparison would print nan.
+  std::vector<std::string> stable;
+  for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms"})
+    for (const char* p : {"mean", "p50", "p90", "p99", "count"}) stable.push_back(fmt::format("{}.{}", m, p));
+  for (const char* k : {"throughput.requests_per_s", "throughput.output_tokens_per_s", "throughput.total_tokens_per_s",
+                        "requests.total", "requests.finished", "requests.failed", "requests.cancelled", "jitter_ms",
+                        "prefix_cache.hit_rate", "kv_cache.mean_util", "kv_cache.peak_util", "steps", "makespan_s",
+                        "sim_s", "wall_s"})
+    stable.push_back(k);
+  for (const auto& k : stable) {
+    const nlohmann::json* v = lookup(j, k);
+    if (!v) throw InputError(fmt::format("{}: field '{}': missing (not a summary.json written by tandem run --out)", path, k));
+    if (!v->is_number()) throw InputError(fmt::format("{}: field '{}': expected a number, got {}", path, k, v->dump()));
+  }
   return j;
 }
 
@@ -42,7 +70,7 @@ const nlohmann::json* lookup(const nlohmann::json& j, const std::string& dotted)
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
-  return cur->is_number() ? cur : nullptr;
+  return cur;
 }
 }  // namespace
 
@@ -61,8 +89,6 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
   auto label = [&](const nlohmann::json& j, const std::string& dir) {
     return fmt::format("{} ({}, {})", dir, text(j, "backend"), text(j, "policy"));
   };
-  fmt::print(os, "A = {}\nB = {}\n", label(a, dir_a), label(b, dir_b));
-  fmt::print(os, "{:<34}{:>14}{:>14}{:>12}\n", "metric", "A", "B", "(B-A)/A");
   std::vector<std::string> keys;
   for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms"})
     for (const char* p : {"mean", "p50", "p90", "p99", "max", "std"}) keys.push_back(fmt::format("{}.{}", m, p));
@@ -71,6 +97,15 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
                         "jitter_ms", "steps_mix.decode_steps_with_prefill_share", "prefix_cache.hit_rate", "kv_cache.mean_util", "kv_cache.peak_util", "steps",
                         "makespan_s", "sim_s", "wall_s"})
     keys.push_back(k);
+  // The optional metrics (goodput, steps_mix, ...) too: a number or absent, checked before printing.
+  for (const auto& k : keys)
+    for (const auto& [j, dir] : {std::pair{&a, &dir_a}, std::pair{&b, &dir_b}})
+      if (const nlohmann::json* v = lookup(*j, k); v && !v->is_number()) {
+        std::cerr << fmt::format("tandem compare: {}/summary.json: field '{}': expected a number, got {}\n", *dir, k, v->dump());
+        return 2;
+      }
+  fmt::print(os, "A = {}\nB = {}\n", label(a, dir_a), label(b, dir_b));
+  fmt::print(os, "{:<34}{:>14}{:>14}{:>12}\n", "metric", "A", "B", "(B-A)/A");
   for (const auto& k : keys) {
     const nlohmann::json* va = lookup(a, k);
     const nlohmann::json* vb = lookup(b, k);

@@ -33,7 +33,11 @@ void apply_override(YAML::Node& root, const Override& o, YamlSource& src) {
   }
   YAML::Node value;
   try {
-    value = YAML::Load(o.value);
+    const std::vector<YAML::Node> docs = YAML::LoadAll(o.value);
+    if (docs.size() > 1)
+      throw InputError(fmt::format("{}: --set {}={}: the value holds {} YAML documents (one value, no '---')", src.file,
+                                   o.key, o.value, docs.size()));
+    if (!docs.empty()) value = docs[0];  // an empty value stays null: refused as empty by the reader
   } catch (const YAML::Exception& e) {
     throw InputError(fmt::format("{}: --set {}={}: value is not valid YAML: {}", src.file, o.key, o.value, e.msg));
   }
@@ -91,7 +95,15 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
   YamlSource src{path, {}, {}};
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    // A second document ('---') would be ignored without a word: refused.
+    if (docs.size() > 1) {
+      const YAML::Mark m = docs[1].Mark();
+      throw InputError(m.is_null() ? fmt::format("{}: a second YAML document ('---'); a workload is one document", path)
+                                   : fmt::format("{}:{}:{}: a second YAML document ('---'); a workload is one document",
+                                                 path, m.line + 1, m.column + 1));
+    }
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::Exception& e) {
     throw InputError(fmt::format("{}:{}:{}: invalid YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
@@ -100,6 +112,10 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
   for (const auto& o : overrides) apply_override(root, o, src);
 
   const Field top(root, "", &src);
+  // Without aliases a node takes at least half a byte of the text (file or --set values).
+  int64_t text_bytes = int64_t(text.size()) + 16;
+  for (const auto& o : overrides) text_bytes += int64_t(o.key.size() + o.value.size()) + 16;
+  top.refuse_tags(2 * text_bytes);
   top.expect_map({"name", "seed", "model", "hardware", "engine", "requests", "slo"});
   Workload w;
   w.path = path;

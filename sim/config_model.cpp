@@ -27,7 +27,12 @@ ModelSpec parse_model(const Field& f) {
     m.checkpoint = f["checkpoint"].as_path();
     m.name = f.get_string("name", std::filesystem::path(m.checkpoint).filename().string());
     m.dtype = "fp32";
-    const HfLlamaConfig c = Checkpoint(m.checkpoint).config();
+    HfLlamaConfig c;
+    try {
+      c = Checkpoint(m.checkpoint).config();
+    } catch (const InputError& e) {  // named against the field that points at the folder
+      f["checkpoint"].fail(e.what());
+    }
     m.max_model_len = int32_t(f.get_int("max_model_len", c.max_position_embeddings, 1, c.max_position_embeddings));
     apply_hf_config(c, m);
     m.dtype = f.get_string("dtype", m.dtype);
@@ -57,6 +62,9 @@ ModelSpec parse_model(const Field& f) {
     f["dtype"].fail(fmt::format("unknown dtype '{}' (known: bf16, fp16, fp32, fp8)", m.dtype));
   if (m.hidden % m.heads != 0) f["heads"].fail(fmt::format("hidden ({}) must be divisible by heads ({})", m.hidden, m.heads));
   if (m.heads % m.kv_heads != 0) f["kv_heads"].fail(fmt::format("heads ({}) must be divisible by kv_heads ({})", m.heads, m.kv_heads));
+  if (m.head_dim() % 2 != 0)
+    f["heads"].fail(fmt::format("the head dim hidden / heads = {} / {} = {} must be even (RoPE rotates pairs of dimensions)",
+                                m.hidden, m.heads, m.head_dim()));
   return m;
 }
 
@@ -144,16 +152,22 @@ HardwareSpec parse_hardware(const Field& f) {
       } catch (const InputError& e) {
         f.fail(fmt::format("hardware profile: {}", e.what()));
       }
-      YAML::Node root;
+      std::vector<YAML::Node> docs;
       try {
-        root = YAML::LoadFile(path);
+        docs = YAML::LoadAllFromFile(path);
       } catch (const YAML::BadFile&) {
         f.fail(fmt::format("cannot read hardware profile '{}'", path));
       } catch (const YAML::Exception& e) {
         throw InputError(fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
       }
+      if (docs.size() > 1)
+        throw InputError(fmt::format("{}:{}:{}: a second YAML document ('---'); a hardware profile is one document", path,
+                                     docs[1].Mark().line + 1, docs[1].Mark().column + 1));
       const YamlSource src{path, {}, {}};  // the profile's errors name the profile file
-      return parse_hardware_map(Field(root, "hardware", &src), {});
+      const Field root(docs.empty() ? YAML::Node() : docs[0], "hardware", &src);
+      std::error_code ec;
+      root.refuse_tags(2 * (int64_t(std::filesystem::file_size(path, ec)) + 16));
+      return parse_hardware_map(root, {});
     }
     auto p = hardware_preset(s);
     if (!p) f.fail(fmt::format("unknown hardware preset '{}' (known: {}; or a profile file ending in .yaml)", s, hardware_preset_names()));

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <string_view>
+#include <unordered_map>
 
 #include "sim/config.h"
 #include "sim/parse_number.h"
@@ -40,6 +42,15 @@ CsvFile::CsvFile(const std::string& path) : path_(path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     if (line_ == 1 && line.size() >= 3 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);  // BOM
     split_csv_line(line, header_);
+    // A repeated column would be read from its first copy and the other ignored: refused.
+    std::unordered_map<std::string_view, size_t> seen;
+    for (size_t i = 0; i < header_.size(); ++i) {
+      if (header_[i].empty()) continue;
+      const auto [it, fresh] = seen.emplace(header_[i], i);
+      if (!fresh)
+        throw InputError(fmt::format("{}:{}: column '{}' appears twice in the header (columns {} and {})", path, line_,
+                                     header_[i], it->second + 1, i + 1));
+    }
     return;
   }
   throw InputError(fmt::format("{}: empty file (expected a header row)", path));

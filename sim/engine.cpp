@@ -107,6 +107,18 @@ void Engine::start_step_if_idle() {
   if (exec_.needs_tokens() && int32_t(inflight_result_.sampled.size()) != plan.num_samples)
     throw std::runtime_error(fmt::format("the {} backend returned {} tokens for {} sampling sequences", exec_.name(),
                                          inflight_result_.sampled.size(), plan.num_samples));
+  // The clock must not pass its range (a wrap would give negative times and wrong metrics).
+  if (inflight_result_.elapsed < 0 || inflight_result_.elapsed > kMaxTime - now_)
+    throw std::runtime_error(fmt::format(
+        "step {} at t={:.6f}s takes {:.6g} s and would end past the simulator's time range ({:.0g} s): the steps are too "
+        "slow for this workload's {} requests ({})", steps_, to_seconds(now_), to_seconds(inflight_result_.elapsed),
+        kMaxTimeSeconds, set_.requests.size(),
+        !exec_.simulated() ? std::string("measured steps")
+        : w_.hardware.fitted ? fmt::format("hardware '{}': a fitted profile", w_.hardware.name)
+                             : fmt::format("hardware '{}': peak_tflops {:.6g}, mem_bandwidth_tbs {:.6g}, step_overhead_us "
+                                           "{:.6g}; model '{}'", w_.hardware.name, w_.hardware.peak_flops / 1e12,
+                                           w_.hardware.mem_bandwidth / 1e12, w_.hardware.step_overhead_s * 1e6,
+                                           w_.model.name)));
   inflight_.index = steps_++;
   inflight_.start = now_;
   inflight_.elapsed = inflight_result_.elapsed;

@@ -19,7 +19,7 @@ int generate_command(const std::vector<std::string>& args) {
   po::options_description opts("tandem generate");
   opts.add_options()("checkpoint", po::value<std::string>(), "Hugging Face folder (config.json + *.safetensors)")(
       "model", po::value<std::string>(), "or a preset with dummy weights")(
-      "seed", po::value<uint64_t>()->default_value(0), "dummy weights' seed")(
+      "seed", po::value<std::string>(), "dummy weights' seed (with --model; default 0)")(
       "prompt", po::value<std::string>(), "space-separated token ids")(
       "max-tokens", po::value<int>()->default_value(32), "tokens to generate")(
       "logits-out", po::value<std::string>(), "write the logits of every prompt position and generated token "
@@ -30,6 +30,20 @@ int generate_command(const std::vector<std::string>& args) {
   po::notify(vm);
   if (vm.count("checkpoint") == vm.count("model")) throw InputError("generate: give --checkpoint DIR or --model PRESET");
   if (!vm.count("prompt")) throw InputError("generate: --prompt \"ID ID ...\" is required");
+  if (vm.count("checkpoint") && vm.count("seed"))
+    throw InputError("generate: --seed sets dummy weights (with --model); a --checkpoint has its own weights");
+  uint64_t seed = 0;
+  if (vm.count("seed")) {  // digits only: boost would read "-1" as 2^64 - 1
+    const std::string& t = vm["seed"].as<std::string>();
+    size_t used = 0;
+    try {
+      if (!t.empty() && t.find_first_not_of("0123456789") == std::string::npos) seed = std::stoull(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != t.size())
+      throw InputError(fmt::format("generate: --seed: '{}' is not an integer in [0, 2^64)", t));
+  }
   cpu::set_threads(vm["threads"].as<int>());
   ModelSpec m;
   cpu::LlamaWeights w;
@@ -41,7 +55,7 @@ int generate_command(const std::vector<std::string>& args) {
     if (!p) throw InputError(fmt::format("generate: unknown model preset '{}'", vm["model"].as<std::string>()));
     m = *p;
     cpu::check_fits_in_memory(m, 0);
-    w = cpu::dummy_weights(m, vm["seed"].as<uint64_t>());
+    w = cpu::dummy_weights(m, seed);
   }
   std::vector<Token> prompt;
   std::istringstream in(vm["prompt"].as<std::string>());

@@ -506,12 +506,8 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
     }
   }
 
-  nlohmann::json j = summary_json(s, w);
-  std::ofstream summary(dir_ + "/summary.json"), resolved(dir_ + "/workload.resolved.yaml");
-  // Names come from the workload file: replace invalid UTF-8 rather than fail at the end.
-  summary << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  std::ofstream resolved(dir_ + "/workload.resolved.yaml");
   resolved << to_yaml(w);
-  summary.flush();
   resolved.flush();
 
   stop_writer();
@@ -523,6 +519,14 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
     trace_.append("\n]}\n");
   }
   const bool trace_ok = trace_.close();
+  // summary.json last, so that its peak RSS includes writing the other files.
+  Summary at_end = s;
+  at_end.peak_rss_kb = std::max(s.peak_rss_kb, peak_rss_kb());
+  nlohmann::json j = summary_json(at_end, w);
+  std::ofstream summary(dir_ + "/summary.json");
+  // Names come from the workload file: replace invalid UTF-8 rather than fail at the end.
+  summary << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  summary.flush();
   if (!summary || !resolved || !req_ok || !steps_ok || !trace_ok)
     throw std::runtime_error(fmt::format("--out {}: writing the run's files failed (disk full?)", dir_));
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/csv.h"
+#include "sim/json_strict.h"
 
 namespace tandem {
 
@@ -78,8 +79,10 @@ std::vector<TraceRow> read_mooncake(const TraceSpec& t, std::vector<int64_t>& po
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+      j = parse_json_strict(line);
+    } catch (const JsonDuplicateKey& e) {
+      fail(e.key.c_str(), "given twice in this row");
+    } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers past double's range (1e999)
       throw InputError(fmt::format("{}:{}: invalid JSON: {}", t.path, lineno, e.what()));
     }
     if (!j.is_object()) throw InputError(fmt::format("{}:{}: expected a JSON object", t.path, lineno));
@@ -88,6 +91,11 @@ std::vector<TraceRow> read_mooncake(const TraceSpec& t, std::vector<int64_t>& po
     if (j.contains("hash_ids")) {
       const auto& h = j["hash_ids"];
       if (!h.is_array()) fail("hash_ids", "expected a list of non-negative integers");
+      // One id per hash block of the prompt: more would name blocks the prompt does not have.
+      const int64_t blocks = (r.prompt_len + t.hash_block_size - 1) / t.hash_block_size;
+      if (int64_t(h.size()) > blocks)
+        fail("hash_ids", fmt::format("{} ids, but input_length {} spans only {} block(s) of hash_block_size {}", h.size(),
+                                     r.prompt_len, blocks, t.hash_block_size));
       r.hash_begin = static_cast<uint32_t>(pool.size());
       for (const auto& x : h) {
         if (!x.is_number_integer() || x.get<int64_t>() < 0) fail("hash_ids", fmt::format("expected non-negative integers, got {}", x.dump()));
@@ -102,13 +110,25 @@ std::vector<TraceRow> read_mooncake(const TraceSpec& t, std::vector<int64_t>& po
 }  // namespace
 
 bool parse_timestamp(const std::string& s, double& seconds) {
+  // The exact shape first: sscanf alone would take signs, extra spaces, "nan", "inf" and hex.
+  size_t i = 0;
+  const auto digits = [&](size_t lo, size_t hi) {
+    size_t n = 0;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i, ++n;
+    return n >= lo && n <= hi;
+  };
+  const auto sep = [&](char c) { return i < s.size() && s[i++] == c; };
+  if (!(digits(4, 4) && sep('-') && digits(1, 2) && sep('-') && digits(1, 2) && sep(' ') && digits(1, 2) && sep(':') &&
+        digits(1, 2) && sep(':') && digits(1, 2)))
+    return false;
+  if (i < s.size() && !(sep('.') && digits(1, 64) && i == s.size())) return false;
   int y = 0, mo = 0, d = 0, h = 0, mi = 0, n = 0;
   double sec = 0;
   if (std::sscanf(s.c_str(), "%d-%d-%d %d:%d:%lf%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 ||
       static_cast<size_t>(n) != s.size())
     return false;
   static const int days_in[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  if (y < 1 || y > 9999 || mo < 1 || mo > 12 || h < 0 || h > 23 || mi < 0 || mi > 59 || sec < 0 || sec >= 61) return false;
+  if (y < 1 || y > 9999 || mo < 1 || mo > 12 || h < 0 || h > 23 || mi < 0 || mi > 59 || !(sec >= 0 && sec < 61)) return false;
   const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
   if (d < 1 || d > days_in[mo - 1] + (mo == 2 && leap)) return false;
   seconds = static_cast<double>(days_from_civil(y, unsigned(mo), unsigned(d))) * 86400.0 + h * 3600.0 + mi * 60.0 + sec;

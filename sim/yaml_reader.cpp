@@ -58,6 +58,10 @@ void Field::expect_map(const std::vector<const char*>& allowed) const {
       Field(kv.first, path_.empty() ? key : path_ + "." + key, src_, node_.Mark())
           .fail(fmt::format("unknown field (known here: {})", known));
     }
+    // `key:` with nothing after it (or `key: ~`) is a mistake, not a request for the default.
+    if (kv.second.IsNull())
+      Field(kv.second, path_.empty() ? key : path_ + "." + key, src_, kv.first.Mark())
+          .fail("empty (give a value, or remove the key for the default)");
   }
 }
 
@@ -72,6 +76,33 @@ Field Field::operator[](const std::string& key) const {
       }
   }
   return Field(child, path_.empty() ? key : path_ + "." + key, src_, node_.IsDefined() ? node_.Mark() : parent_mark_);
+}
+
+void Field::refuse_tags(int64_t max_nodes) const {
+  int64_t budget = max_nodes;
+  refuse_tags_at(0, budget);
+}
+
+void Field::refuse_tags_at(int depth, int64_t& budget) const {
+  if (depth > 32) fail("nested too deeply (an alias inside its own anchor?)");
+  if (--budget < 0) fail("more values than the text holds: aliases ('*name') expand it too far");
+  const std::string& tag = node_.Tag();
+  // yaml-cpp: "?" for a plain node, "!" for a quoted scalar, "" for a null.
+  if (!tag.empty() && tag != "?" && tag != "!")
+    fail(fmt::format("YAML tags are not supported (remove '{}')",
+                     tag.starts_with("tag:yaml.org,2002:") ? "!!" + tag.substr(18) : tag));
+  if (node_.IsMap()) {
+    for (const auto& kv : node_) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+      const std::string sub = path_.empty() ? key : path_ + "." + key;
+      Field(kv.first, sub, src_, node_.Mark()).refuse_tags_at(depth + 1, budget);
+      Field(kv.second, sub, src_, kv.first.Mark()).refuse_tags_at(depth + 1, budget);
+    }
+  } else if (node_.IsSequence()) {
+    for (size_t i = 0; i < node_.size(); ++i)  // not items(): its copies of every element would be quadratic here
+      Field(static_cast<const YAML::Node&>(node_)[i], fmt::format("{}[{}]", path_, i), src_, node_.Mark())
+          .refuse_tags_at(depth + 1, budget);
+  }
 }
 
 std::vector<Field> Field::items() const {
@@ -98,6 +129,7 @@ double Field::as_double(double lo, double hi) const {
 
 int64_t Field::as_int(int64_t lo, int64_t hi) const {
   const std::string s = as_string();
+  if (s.empty()) fail("expected an integer, got ''");  // std::stoll would leave `used` at 0 == size()
   size_t used = 0;
   long long v = 0;
   try {
@@ -145,7 +177,10 @@ int64_t Field::get_int(const std::string& key, int64_t dflt, int64_t lo, int64_t
 std::string Field::get_string(const std::string& key, const std::string& dflt) const {
   Field f = (*this)[key];
   refuse_null(f);
-  return f.present() ? f.as_string() : dflt;
+  if (!f.present()) return dflt;
+  std::string v = f.as_string();
+  if (v.empty()) f.fail("an empty string (give a value, or remove the key for the default)");
+  return v;
 }
 
 std::string Field::as_path() const {

@@ -49,10 +49,17 @@ class Field {
   // A path value, resolved against the workload file's folder (or the current folder for --set).
   std::string as_path() const;
   bool from_override() const;
+  // Refuses YAML tags (`!!str 50`, `!foo 50`) anywhere in this field's tree, keys included:
+  // a workload's values are plain, and a tag would be ignored without a word. Also refuses
+  // nesting deeper than any workload needs (an alias inside its own anchor is endless), and
+  // more than max_nodes nodes (aliases of aliases expand exponentially: "billion laughs").
+  void refuse_tags(int64_t max_nodes) const;
   // The same field (path, source) over another node, e.g. a filtered copy.
   Field with_node(YAML::Node n) const { return Field(std::move(n), path_, src_, parent_mark_); }
 
  private:
+  void refuse_tags_at(int depth, int64_t& budget) const;
+
   YAML::Node node_;
   std::string path_;
   const YamlSource* src_;

@@ -123,5 +123,132 @@ expect 0 "max_num_seqs: 8" -- validate "$src/workloads/quickstart.yaml" --set en
 "$tandem" validate "$src/workloads/mixed_long_short.yaml" >"$tmp/resolved.yaml" 2>&1
 expect 0 "policy: continuous" -- validate "$tmp/resolved.yaml"
 
+# Issue #11 (held-out adversarial findings): each class refused where the input is read.
+# expect_t: as expect, under a time limit (a regression here would hang or grow without bound).
+expect_t() {
+  local want=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$(timeout 60 "$tandem" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" != "$want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL: tandem $* -> exit $rc (want $want), output:"
+    echo "$out" | head -5 | sed 's/^/    /'
+    echo "    (wanted /$pattern/)"
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+# make_ckpt DIR MAX_POS HIDDEN HEADS: a one-layer Llama checkpoint (vocab 4, ffn 2, tied
+# embeddings, zero weights) written with printf: config.json and model.safetensors.
+make_ckpt() {
+  local dir=$1 maxpos=$2 h=$3 heads=$4 f=2 V=4 hdr='{' off=0 sep='' spec name shape n
+  mkdir -p "$dir"
+  printf '{"hidden_size": %d, "intermediate_size": %d, "num_hidden_layers": 1, "num_attention_heads": %d, "vocab_size": %d, "max_position_embeddings": %d, "tie_word_embeddings": true}\n' \
+    "$h" "$f" "$heads" "$V" "$maxpos" >"$dir/config.json"
+  for spec in "model.embed_tokens.weight:$V,$h:$((V * h))" "model.layers.0.input_layernorm.weight:$h:$h" \
+      "model.layers.0.post_attention_layernorm.weight:$h:$h" "model.layers.0.self_attn.q_proj.weight:$h,$h:$((h * h))" \
+      "model.layers.0.self_attn.k_proj.weight:$h,$h:$((h * h))" "model.layers.0.self_attn.v_proj.weight:$h,$h:$((h * h))" \
+      "model.layers.0.self_attn.o_proj.weight:$h,$h:$((h * h))" "model.layers.0.mlp.gate_proj.weight:$f,$h:$((f * h))" \
+      "model.layers.0.mlp.up_proj.weight:$f,$h:$((f * h))" "model.layers.0.mlp.down_proj.weight:$h,$f:$((h * f))" \
+      "model.norm.weight:$h:$h"; do
+    IFS=: read -r name shape n <<<"$spec"
+    hdr+="$sep\"$name\":{\"dtype\":\"F32\",\"shape\":[$shape],\"data_offsets\":[$off,$((off + 4 * n))]}"
+    off=$((off + 4 * n))
+    sep=','
+  done
+  hdr+='}'
+  local len=${#hdr} i bytes=''
+  for i in 0 1 2 3 4 5 6 7; do bytes+=$(printf '\\x%02x' $(((len >> (8 * i)) & 255))); done
+  { printf "$bytes"; printf '%s' "$hdr"; head -c "$off" /dev/zero; } >"$dir/model.safetensors"
+}
+i11=$tmp/issue11
+mkdir -p "$i11"
+printf 'model: {checkpoint: ck}\nhardware: h200\nengine: {num_kv_blocks: 64}\nrequests: {count: 3, arrival: {process: burst}, prompt_len: 5, output_len: 3}\n' >"$i11/ck.yaml"
+# 1. The simulated clock must not wrap: a step or a time past its range stops the run.
+expect 1 "past the simulator's time range .*mem_bandwidth_tbs 1e-09" -- run "$q" --set requests.count=2000 \
+  --set 'hardware={preset: h200, mem_bandwidth_tbs: 1e-9, peak_tflops: 1e-6}'
+printf 'fitted: {backend: cpu, model: llama3-8b, overhead_us: 1e12, per_token_us: 1e12, per_seq_us: 0, per_attn_pair_ns: 0, per_context_token_ns: 0, per_sample_us: 0}\nmemory_gb: 100\n' >"$i11/slow.yaml"
+expect 1 "the cost model charges .* steps of at most 1e\+09 s.*per_token_us 1e\+12" -- run "$q" --set hardware="$i11/slow.yaml"
+# 2. A checkpoint's config.json (or shard) that is not a regular file: refused, not read forever.
+make_ckpt "$i11/ck" 64 4 2
+cp -r "$i11/ck" "$i11/ckz" && rm "$i11/ckz/config.json" && ln -s /dev/zero "$i11/ckz/config.json"
+expect_t 2 "ckz/config.json: not a regular file" -- generate --checkpoint "$i11/ckz" --prompt "1 2"
+sed 's/checkpoint: ck}/checkpoint: ckz}/' "$i11/ck.yaml" >"$i11/ckz.yaml"
+expect_t 2 "ckz.yaml:1:21: field 'model.checkpoint': .*config.json: not a regular file" -- run "$i11/ckz.yaml" --backend cpu --clock virtual
+if mkfifo "$i11/fifo.json" 2>/dev/null; then
+  cp -r "$i11/ck" "$i11/ckf" && rm "$i11/ckf/config.json" && mv "$i11/fifo.json" "$i11/ckf/config.json"
+  expect_t 2 "ckf/config.json: not a regular file" -- generate --checkpoint "$i11/ckf" --prompt "1 2"
+fi
+# 3. A huge accepted context length: tables sized by what can run (the KV cache), no bad_alloc.
+make_ckpt "$i11/ckbig" 2147483647 64 1
+expect_t 0 "^[0-9]+ [0-9]+$" -- generate --checkpoint "$i11/ckbig" --prompt "1 2 3" --max-tokens 2
+expect_t 0 "finished 3" -- run "$i11/ck.yaml" --backend cpu --clock virtual --set 'model={preset: tiny, max_model_len: 2147483647}'
+# 4. A number out of range in a Mooncake row: bad input with its line.
+printf '{"timestamp":0,"input_length":10,"output_length":5}\n{"timestamp":1e999,"input_length":10,"output_length":5}\n' >"$i11/big.jsonl"
+expect 2 "big.jsonl:2: invalid JSON: .*number overflow" -- validate "$q" --set "requests={trace: {format: mooncake, path: $i11/big.jsonl}}"
+# 5. An empty string is not the integer 0.
+expect 2 "field 'seed': expected an integer, got ''" -- validate "$q" --set "seed=''"
+expect 2 "field 'requests.cancel.at\[0\].request': expected an integer, got ''" -- validate "$q" --set "requests.cancel={at: [{request: '', at_s: 1}]}"
+expect 2 "field 'requests.trace.limit': expected an integer, got ''" -- validate "$q" \
+  --set "requests={trace: {format: vidur, path: $src/traces/vidur_sample.csv, limit: ''}}"
+expect 2 "field 'name': an empty string" -- validate "$q" --set "name=''"
+# 6. Silently accepted before, refused now.
+printf 'model: tiny\nhardware: h200\nrequests: {count: 2, arrival: {process: burst}, prompt_len: 4, output_len: 2}\n---\nseed: 5\n' >"$i11/two.yaml"
+expect 2 "two.yaml:5:1: a second YAML document" -- validate "$i11/two.yaml"
+expect 2 "the value holds 2 YAML documents" -- validate "$q" --set $'engine.max_num_seqs=4\n---\n5'
+expect 2 "field 'engine.max_num_seqs': YAML tags are not supported \(remove '!!str'\)" -- validate "$q" --set 'engine.max_num_seqs=!!str 50'
+expect 2 "field 'engine.max_num_seqs': YAML tags are not supported \(remove '!foo'\)" -- validate "$q" --set 'engine.max_num_seqs=!foo 50'
+printf 'model: tiny\nhardware: h200\nengine:\nrequests: {count: 2, arrival: {process: burst}, prompt_len: 4, output_len: 2}\n' >"$i11/engine_empty.yaml"
+expect 2 "engine_empty.yaml:4:1: field 'engine': empty" -- validate "$i11/engine_empty.yaml"
+expect 2 "field 'slo': empty" -- validate "$q" --set slo=
+expect 2 "validate: --out is an option of run" -- validate "$q" --out "$i11/v"
+expect 2 "validate: --backend is an option of run" -- validate "$q" --backend sim
+expect 2 "--trace: .*needs --out" -- run "$q" --trace none
+expect 2 "--threads: only the CPU backend" -- run "$q" --threads 2
+expect 2 "generate: --seed: '-1' is not an integer" -- generate --model tiny --prompt "1 2" --seed -1
+expect 2 "generate: --seed sets dummy weights" -- generate --checkpoint "$i11/ck" --prompt "1 2" --seed 3
+expect 2 "calibrate: --reps applies to grid mode" -- calibrate --workload "$src/workloads/cpu_tiny.yaml" --reps 3 --out "$i11/p.yaml"
+mkdir -p "$i11/nometrics" "$i11/wrongtype"
+echo '{"backend": "sim", "policy": "static"}' >"$i11/nometrics/summary.json"
+expect 2 "nometrics/summary.json: field 'ttft_ms.mean': missing" -- compare "$tmp/a" "$i11/nometrics"
+sed 's/"steps": [0-9]*/"steps": "many"/' "$tmp/a/summary.json" >"$i11/wrongtype/summary.json"
+expect 2 "wrongtype/summary.json: field 'steps': expected a number, got \"many\"" -- compare "$i11/wrongtype" "$tmp/a"
+make_ckpt "$i11/ck3" 64 10 4
+sed 's/checkpoint: ck}/checkpoint: ck3}/' "$i11/ck.yaml" >"$i11/ck3.yaml"
+expect 2 "field 'model.checkpoint': .*num_attention_heads \(4\) must divide hidden_size \(10\)" -- validate "$i11/ck3.yaml"
+expect 2 "num_attention_heads \(4\) must divide hidden_size \(10\)" -- run "$i11/ck3.yaml"
+make_ckpt "$i11/ckodd" 64 6 2
+expect 2 "ckodd/config.json: the head dim .* must be even" -- generate --checkpoint "$i11/ckodd" --prompt "1 2"
+expect 2 "field 'model.heads': the head dim hidden / heads = 24 / 8 = 3 must be even" -- validate "$q" --set 'model={preset: tiny, hidden: 24}'
+cp -r "$i11/ck" "$i11/cktrail" && printf 'xxxx' >>"$i11/cktrail/model.safetensors"
+expect 2 "4 bytes after the last tensor's data" -- generate --checkpoint "$i11/cktrail" --prompt "1 2"
+printf '{"timestamp":0,"input_length":600,"output_length":5,"hash_ids":[1,2,3]}\n' >"$i11/hash.jsonl"
+expect 2 "hash.jsonl:1: field 'hash_ids': 3 ids, but input_length 600 spans only 2 block" -- validate "$q" --set "requests={trace: {format: mooncake, path: $i11/hash.jsonl}}"
+printf '{"timestamp":0,"input_length":10,"output_length":5,"input_length":20}\n' >"$i11/dupkey.jsonl"
+expect 2 "dupkey.jsonl:1: field 'input_length': given twice" -- validate "$q" --set "requests={trace: {format: mooncake, path: $i11/dupkey.jsonl}}"
+printf 'arrived_at,num_prefill_tokens,num_decode_tokens,num_prefill_tokens\n0,1,1,5\n' >"$i11/dupcol.csv"
+expect 2 "dupcol.csv:1: column 'num_prefill_tokens' appears twice" -- validate "$q" --set "requests={trace: {format: vidur, path: $i11/dupcol.csv}}"
+# ... and found on the way: an alias inside its own anchor made the mixture parser loop forever,
+# and aliases of aliases ("billion laughs") expand a small file without bound.
+expect_t 2 "nested too deeply" -- validate "$q" \
+  --set 'requests.prompt_len={dist: mixture, components: [&y {weight: 1, dist: mixture, components: [*y]}]}'
+{ echo 'l0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1]'; for i in 1 2 3 4 5 6 7 8 9; do
+  echo "l$i: &l$i [*l$((i - 1)), *l$((i - 1)), *l$((i - 1)), *l$((i - 1)), *l$((i - 1)), *l$((i - 1)), *l$((i - 1)), *l$((i - 1)), *l$((i - 1))]"
+done; } >"$i11/laughs.yaml"
+expect_t 2 "aliases \('\*name'\) expand it too far" -- validate "$i11/laughs.yaml"
+# 7. An Azure timestamp's seconds must be digits (sscanf alone took 'nan').
+printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,10,5\n2023-11-16 18:15:nan,10,5\n' >"$i11/nan.csv"
+expect 2 "nan.csv:3: column 'TIMESTAMP': expected 'YYYY-MM-DD HH:MM:SS.fff', got '2023-11-16 18:15:nan'" -- validate "$q" \
+  --set "requests={trace: {format: azure, path: $i11/nan.csv}}"
+# 8. summary.json's peak RSS is the process's peak (taken after the outputs are written).
+if [ -x /usr/bin/time ]; then
+  /usr/bin/time -o "$i11/time.txt" -f '%M' "$tandem" run "$q" --set requests.count=20000 --out "$i11/rss" --quiet >/dev/null 2>&1
+  rss_kb=$(sed -n 's/.*"peak_rss_mb": *\([0-9.]*\).*/\1/p' "$i11/rss/summary.json" | awk '{printf "%d", $1 * 1024}')
+  check "summary.json peak_rss_mb ($rss_kb kB) within 4 MB of the process's peak ($(tail -1 "$i11/time.txt") kB)" \
+    test "$((rss_kb + 4096))" -ge "$(tail -1 "$i11/time.txt")"
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]

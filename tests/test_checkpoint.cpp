@@ -2,6 +2,7 @@
 // an InputError (naming file and tensor) for each kind of bad input.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -314,4 +315,60 @@ TEST_CASE("safetensors: writer rejects bad input") {
   CHECK(contains(msg, "'a'"));
   CHECK(contains(error_of([&] { write_safetensors(dir / "x.safetensors", {{"a", ramp({1})}, {"a", ramp({1})}}, "F32"); }),
                  "'a'"));
+}
+
+// Found by adversarial testing (issue #11): inputs the reference implementation or the model
+// cannot take must be refused when the checkpoint is read, not accepted or hung on.
+TEST_CASE("safetensors: tensors must tile the data buffer (no overlap, gap or trailing bytes)") {
+  TempDir dir;
+  write_hf_config(dir.str(), tiny_config());
+  const std::string file = dir / "model.safetensors";
+  write_raw(file, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12);
+  std::string msg = error_of([&] { Checkpoint ck(dir.str()); });
+  CHECK(contains(msg, "'b'"));
+  CHECK(contains(msg, "overlap"));
+  write_raw(file, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8);
+  CHECK(contains(error_of([&] { Checkpoint ck(dir.str()); }), "overlap"));  // the same bytes twice
+  write_raw(file, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12);
+  CHECK(contains(error_of([&] { Checkpoint ck(dir.str()); }), "gap"));
+  write_raw(file, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 9);
+  msg = error_of([&] { Checkpoint ck(dir.str()); });
+  CHECK(contains(msg, "1 bytes after the last tensor"));
+  CHECK(contains(msg, file));
+  write_raw(file, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8);
+  CHECK(contains(error_of([&] { Checkpoint ck(dir.str()); }), "key 'a' appears twice"));
+  // Out of order in the header, in order in the buffer; and an empty tensor: fine.
+  write_raw(file, R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},"e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12);
+  CHECK(Checkpoint(dir.str()).names().size() == 3);
+}
+
+TEST_CASE("checkpoint: config.json shape the model cannot run") {
+  TempDir dir;
+  write_safetensors(dir / "model.safetensors", {{"a", ramp({2})}}, "F32");
+  const auto with = [&](const std::string& extra, int hidden, int heads) {
+    std::ofstream(dir / "config.json") << fmt::format(
+        R"({{"hidden_size": {}, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": {},
+            "vocab_size": 32, "max_position_embeddings": 64{}}})", hidden, heads, extra);
+    return error_of([&] { Checkpoint ck(dir.str()); });
+  };
+  CHECK(contains(with("", 10, 4), "num_attention_heads (4) must divide hidden_size (10)"));
+  CHECK(contains(with(R"(, "num_key_value_heads": 3)", 12, 4), "num_key_value_heads (3) must divide num_attention_heads (4)"));
+  CHECK(contains(with("", 12, 4), "must be even"));  // head dim 3
+  CHECK(contains(with(R"(, "head_dim": 4)", 16, 2), "'head_dim'"));  // 16 / 2 = 8
+  CHECK(contains(with(R"(, "vocab_size": 64)", 8, 2), "key 'vocab_size' appears twice"));
+  CHECK(contains(with(R"(, "rope_theta": 1e999)", 8, 2), "config.json"));  // out of double's range
+}
+
+TEST_CASE("checkpoint: config.json or a shard that is not a regular file is refused before it is opened") {
+  TempDir dir;
+  write_safetensors(dir / "model.safetensors", {{"a", ramp({2})}}, "F32");
+  fs::create_symlink("/dev/zero", dir / "config.json");  // would be read without end
+  CHECK(contains(error_of([&] { Checkpoint ck(dir.str()); }), "config.json: not a regular file"));
+  fs::remove(dir / "config.json");
+  REQUIRE(::mkfifo((dir / "config.json").c_str(), 0600) == 0);  // would block the open
+  CHECK(contains(error_of([&] { Checkpoint ck(dir.str()); }), "config.json: not a regular file"));
+  fs::remove(dir / "config.json");
+  write_hf_config(dir.str(), tiny_config());
+  fs::create_symlink("/dev/zero", dir / "zero.safetensors");
+  CHECK(contains(error_of([&] { Checkpoint ck(dir.str()); }), "zero.safetensors: not a regular file"));
 }

@@ -283,6 +283,13 @@ TEST_CASE("timestamps") {
   CHECK_FALSE(parse_timestamp("0000-01-01 00:00:00", a));
   CHECK(parse_timestamp("2024-02-29 12:00:00", a));
   CHECK_FALSE(parse_timestamp("yesterday", a));
+  // Issue #11: sscanf alone took these; the seconds are digits, the fields one space apart.
+  for (const char* bad : {"2023-11-16 18:15:nan", "2023-11-16 18:15:NAN", "2023-11-16 18:15:inf", "2023-11-16 18:15:+1",
+                          "2023-11-16 18:15:-0", "2023-11-16 18:15:0x10", "2023-11-16 18:15:1e1", "2023-11-16  18:15:46",
+                          " 2023-11-16 18:15:46", "+2023-11-16 18:15:46", "2023-11-16 18:15:46.", "2023-11-16 18:15:46 ",
+                          "2023-11-16T18:15:46", ""})
+    CHECK_FALSE(parse_timestamp(bad, a));
+  CHECK(parse_timestamp("2023-1-6 8:5:6.25", a));
 }
 
 TEST_CASE("chunked prefill knobs: defaults, the resolved YAML round trip, and bad values naming the field") {

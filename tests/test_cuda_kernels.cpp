@@ -198,7 +198,7 @@ TEST_CASE("cuda kernels: rope_store_kv rotates q and k and scatters k and v into
     m.max_model_len = 2048;
     REQUIRE(m.head_dim() == c.hd);
     std::vector<float> cos_t, sin_t;
-    tandem::cpu::rope_tables(m, cos_t, sin_t);
+    tandem::cpu::rope_tables(m, cos_t, sin_t, m.max_model_len);
 
     const int64_t T = 40, hd = c.hd, half = hd / 2, stride = int64_t(c.heads + 2 * c.kv_heads) * hd;
     const int64_t kvn = int64_t(c.kv_heads) * hd;  // one slot's K (or V)

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "sim/error.h"
+#include "sim/json_strict.h"
 
 namespace tandem {
 namespace {
@@ -70,13 +71,33 @@ double get_double(const json& j, const std::string& file, const char* key, doubl
   return v->get<double>();
 }
 
+// Refuses what is not a plain file before it is opened: a FIFO would block the open, and
+// /dev/zero (or a link to it) would be read without end.
+void require_plain_file(const fs::path& p, const char* what) {
+  std::error_code ec;
+  const auto st = fs::status(p, ec);
+  if (ec || !fs::exists(st)) fail("{}: cannot open ({})", p.string(), what);
+  if (!fs::is_regular_file(st)) fail("{}: not a regular file ({})", p.string(), what);
+}
+
 HfLlamaConfig parse_config(const std::string& file) {
+  require_plain_file(file, "a checkpoint folder needs config.json");
+  std::error_code ec;
+  if (const uint64_t size = fs::file_size(file, ec); !ec && size > kMaxHeader)
+    fail("{}: {} bytes; a config.json is a few kB (at most {} accepted)", file, size, kMaxHeader);
   std::ifstream in(file, std::ios::binary);
   if (!in) fail("{}: cannot open (a checkpoint folder needs config.json)", file);
   std::stringstream ss;
   ss << in.rdbuf();
-  const json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", file);
+  json j;
+  try {
+    j = parse_json_strict(ss.str());
+  } catch (const JsonDuplicateKey& e) {
+    fail("{}: key '{}' appears twice", file, e.key);
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON: {}", file, e.what());
+  }
+  if (!j.is_object()) fail("{}: not a JSON object", file);
   HfLlamaConfig c;
   c.hidden_size = get_int(j, file, "hidden_size");
   c.intermediate_size = get_int(j, file, "intermediate_size");
@@ -95,6 +116,20 @@ HfLlamaConfig parse_config(const std::string& file) {
     if (!v->is_string()) fail("{}: key 'torch_dtype' must be a string, got {}", file, v->dump());
     c.torch_dtype = v->get<std::string>();
   }
+  // The shape must be one the model can run: whole heads, whole query groups, and an even
+  // head dim (RoPE rotates pairs of dimensions).
+  if (c.hidden_size % c.num_attention_heads != 0)
+    fail("{}: num_attention_heads ({}) must divide hidden_size ({})", file, c.num_attention_heads, c.hidden_size);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    fail("{}: num_key_value_heads ({}) must divide num_attention_heads ({})", file, c.num_key_value_heads,
+         c.num_attention_heads);
+  const int32_t head_dim = c.hidden_size / c.num_attention_heads;
+  if (head_dim % 2 != 0)
+    fail("{}: the head dim hidden_size / num_attention_heads = {} / {} = {} must be even (RoPE rotates pairs)", file,
+         c.hidden_size, c.num_attention_heads, head_dim);
+  if (const json* v = find_key(j, "head_dim"); v && !(v->is_number_integer() && v->get<int64_t>() == head_dim))
+    fail("{}: key 'head_dim' is {}, but this backend needs hidden_size / num_attention_heads = {}", file, v->dump(),
+         head_dim);
   return c;
 }
 
@@ -142,7 +177,10 @@ Checkpoint::Checkpoint(const std::string& folder) : folder_(folder) {
   std::vector<std::string> files;
   try {
     for (const auto& de : fs::directory_iterator(folder))
-      if (de.is_regular_file() && de.path().extension() == ".safetensors") files.push_back(de.path().string());
+      if (de.path().extension() == ".safetensors") {
+        require_plain_file(de.path(), "a safetensors shard");
+        files.push_back(de.path().string());
+      }
   } catch (const fs::filesystem_error& e) {
     fail("{}: cannot list folder: {}", folder, e.what());
   }
@@ -165,8 +203,20 @@ void Checkpoint::index_file(const std::string& path) {
     fail("{}: header length {} is impossible for a {}-byte file (not a safetensors file, or truncated)", path, n, size);
   std::string text(n, '\0');
   if (!in.read(text.data(), static_cast<std::streamsize>(n))) fail("{}: truncated while reading the header", path);
-  const json h = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (h.is_discarded() || !h.is_object()) fail("{}: header is not a JSON object (not a safetensors file?)", path);
+  json h;
+  try {
+    h = parse_json_strict(text);
+  } catch (const JsonDuplicateKey& e) {
+    fail("{}: header: key '{}' appears twice", path, e.key);
+  } catch (const json::exception&) {
+    fail("{}: header is not a JSON object (not a safetensors file?)", path);
+  }
+  if (!h.is_object()) fail("{}: header is not a JSON object (not a safetensors file?)", path);
+  struct Span {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;  // this file's tensors, to check that they tile the data buffer
 
   const uint64_t data_start = 8 + n, buffer = size - data_start;
   for (const auto& [name, t] : h.items()) {
@@ -200,9 +250,29 @@ void Checkpoint::index_file(const std::string& path) {
       fail("{}: tensor '{}': data ends at byte {} of a {}-byte data buffer: file truncated", path, name, end, buffer);
     e.offset = data_start + begin;
     e.nbytes = end - begin;
+    spans.push_back({begin, end, name});
     const auto [it, inserted] = tensors_.emplace(name, e);
     if (!inserted) fail("tensor '{}' appears in two shards: {} and {}", name, it->second.file, path);
   }
+  // As the reference implementation: sorted by offsets, the tensors tile the data buffer
+  // exactly, with no overlap, no gap and no trailing bytes.
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return std::pair(a.begin, a.end) < std::pair(b.begin, b.end); });
+  uint64_t at = 0;
+  const std::string* prev = nullptr;
+  for (const Span& sp : spans) {
+    if (sp.begin < at)
+      fail("{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' (which ends at {})", path, sp.name, sp.begin, sp.end,
+           *prev, at);
+    if (sp.begin > at)
+      fail("{}: tensor '{}': data starts at byte {}, but the data before it ends at {}: a gap the reference "
+           "implementation refuses", path, sp.name, sp.begin, at);
+    at = sp.end;
+    prev = &sp.name;
+  }
+  if (at != buffer)
+    fail("{}: {} bytes after the last tensor's data (the data buffer is {} bytes, the tensors cover {}); the reference "
+         "implementation refuses trailing bytes", path, buffer - at, buffer, at);
 }
 
 TensorF32 Checkpoint::read(const std::string& name, const std::vector<int64_t>& expected_shape) const {

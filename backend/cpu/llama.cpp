@@ -101,14 +101,19 @@ PagedKvStore::PagedKvStore(int32_t layers, int32_t kv_heads, int32_t head_dim, i
       k_(size_t(layers) * size_t(num_blocks) * size_t(block_size) * token_stride_),
       v_(k_.size()) {}
 
-void rope_tables(const ModelSpec& m, std::vector<float>& cos_table, std::vector<float>& sin_table) {
+int64_t rope_positions(const ModelSpec& m, int32_t num_blocks, int32_t block_size) {
+  return std::min<int64_t>(m.max_model_len, int64_t(num_blocks) * block_size);
+}
+
+void rope_tables(const ModelSpec& m, std::vector<float>& cos_table, std::vector<float>& sin_table, int64_t positions) {
   // As Hugging Face builds them: inv_freq and angles in float32.
   const int32_t half = m.head_dim() / 2;
-  cos_table.resize(size_t(m.max_model_len) * size_t(half));
+  positions = std::clamp<int64_t>(positions, 0, m.max_model_len);
+  cos_table.resize(size_t(positions) * size_t(half));
   sin_table.resize(cos_table.size());
   for (int32_t i = 0; i < half; ++i) {
     const float inv_freq = 1.0f / std::pow(float(m.rope_theta), float(2 * i) / float(m.head_dim()));
-    for (int32_t p = 0; p < m.max_model_len; ++p) {
+    for (int64_t p = 0; p < positions; ++p) {
       const float angle = float(p) * inv_freq;
       cos_table[size_t(p) * size_t(half) + size_t(i)] = std::cos(angle);
       sin_table[size_t(p) * size_t(half) + size_t(i)] = std::sin(angle);
@@ -160,7 +165,7 @@ LlamaModel::LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, i
     shards_.push_back(std::move(sh));
   }
   for (LlamaLayer& L : w_.layers) L.wqkv = L.wo = L.w_gate_up = L.w_down = {};  // now in the shards
-  rope_tables(m, rope_cos_, rope_sin_);
+  rope_tables(m, rope_cos_, rope_sin_, rope_positions(m, num_blocks, block_size));
 }
 
 void LlamaModel::gemm(const float* x, int64_t t, int64_t k, const std::vector<float>& w, int64_t n, float* y) const {
@@ -353,6 +358,8 @@ void LlamaModel::forward(const StepPlan& plan, std::span<const Token> tokens, st
         pos_of_[size_t(t)] = plan.seqs[s].num_computed_before + i;
         seq_of_[size_t(t)] = int32_t(s);
         if (pos_of_[size_t(t)] >= m_.max_model_len) throw std::logic_error("LlamaModel: position past max_model_len");
+        if (size_t(pos_of_[size_t(t)]) * size_t(m_.head_dim() / 2) >= rope_cos_.size())
+          throw std::logic_error("LlamaModel: position past the KV cache's capacity");
       }
   }
   for (int64_t t = 0; t < T; ++t) {

@@ -37,8 +37,12 @@ void check_fits_in_memory(const ModelSpec& m, double kv_bytes);
 // Weights of a Hugging Face checkpoint folder; fills the shape fields of `m` from config.json.
 LlamaWeights load_checkpoint(const std::string& folder, ModelSpec& m);
 
-// RoPE cos/sin tables, [max_model_len][head_dim / 2]; the CUDA backend uploads the same ones.
-void rope_tables(const ModelSpec& m, std::vector<float>& cos_table, std::vector<float>& sin_table);
+// RoPE cos/sin tables, [positions][head_dim / 2]; the CUDA backend uploads the same ones.
+// positions: rope_positions() (what can run), not max_model_len (which may be 2^31).
+void rope_tables(const ModelSpec& m, std::vector<float>& cos_table, std::vector<float>& sin_table, int64_t positions);
+// The positions a model with this KV cache can reach: no sequence is longer than
+// max_model_len, nor than the whole cache (num_blocks * block_size tokens).
+int64_t rope_positions(const ModelSpec& m, int32_t num_blocks, int32_t block_size);
 
 // K and V of every layer, laid out [layer][block][slot][kv_head][head_dim].
 class PagedKvStore {
@@ -104,7 +108,7 @@ class LlamaModel {
   std::vector<Shard> shards_;
   cpu::InProcessCommunicator comm_;
   GemmPath gemm_path_ = GemmPath::Invariant;
-  std::vector<float> rope_cos_, rope_sin_;  // [max_model_len][hd/2]
+  std::vector<float> rope_cos_, rope_sin_;  // [rope_positions()][hd/2]
   // Scratch, reused across steps.
   std::vector<float> x_, xn_, last_, logits_;
   std::vector<int32_t> pos_of_, seq_of_;

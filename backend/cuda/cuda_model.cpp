@@ -142,7 +142,7 @@ void CudaModel::Impl::load_weights(const cpu::LlamaWeights* w) {
     TANDEM_CUDA_CHECK(cudaMemcpy(dst.get(), (src ? *src : ones).data(), size_t(h) * sizeof(float), cudaMemcpyHostToDevice));
   };
   std::vector<float> cos_table, sin_table;
-  cpu::rope_tables(m, cos_table, sin_table);
+  cpu::rope_tables(m, cos_table, sin_table, cpu::rope_positions(m, num_blocks, block_size));
   for (int64_t ri = 0; ri < tp; ++ri) {
     Rank& r = ranks[size_t(ri)];
     use(r);
@@ -347,7 +347,8 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
   s.seed = seed;
   s.num_blocks = num_blocks;
   s.block_size = block_size;
-  s.table_width = (m.max_model_len + block_size - 1) / block_size;
+  // A sequence's blocks: as many as max_model_len needs, and never more than the whole cache.
+  s.table_width = int32_t((cpu::rope_positions(m, num_blocks, block_size) + block_size - 1) / block_size);
   const int32_t tp = opt.tp;
   if (const std::string problem = m.tp_split_problem(tp); !problem.empty())
     throw InputError(fmt::format("engine.tp: {}", problem));
