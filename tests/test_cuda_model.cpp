@@ -297,7 +297,7 @@ TEST_CASE("golden on the GPU (stage 2): chunked prefill on vs off, budgets 16, 6
   for (const auto kernel : kAttentionKernels) {
     CAPTURE(name(kernel));
     const auto base = golden_on_gpu({kNoChunking}, false, nullptr, kernel);
-    for (const char* budget : {"16", "61", "512"})
+    for (const std::string budget : {"16", "61", "512"})
       for (const bool graphs : {false, true}) {
         cuda::CudaModelStats st;
         const auto out = golden_on_gpu({{"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", budget}},

@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -9,7 +10,17 @@
 #endif
 
 namespace tandem::testing {
-inline std::string source_path(const std::string& rel) { return std::string(TANDEM_SOURCE_DIR) + "/" + rel; }
+// A file of the source tree. The tree's path is baked in at build time, but a build carried to
+// another machine (tools/device-check) finds it elsewhere: TANDEM_SOURCE_DIR in the environment
+// wins, else the baked-in path if the file is there, else the path relative to the working
+// directory (device-check runs from the repository root).
+inline std::string source_path(const std::string& rel) {
+  if (const char* env = std::getenv("TANDEM_SOURCE_DIR"); env && *env) return std::string(env) + "/" + rel;
+  const std::string baked = std::string(TANDEM_SOURCE_DIR) + "/" + rel;
+  std::error_code ec;
+  if (std::filesystem::exists(baked, ec) || !std::filesystem::exists(rel, ec)) return baked;
+  return rel;
+}
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
