@@ -33,11 +33,11 @@ void apply_override(YAML::Node& root, const Override& o, YamlSource& src) {
   }
   YAML::Node value;
   try {
-    const std::vector<YAML::Node> docs = YAML::LoadAll(o.value);
-    if (docs.size() > 1)
-      throw InputError(fmt::format("{}: --set {}={}: the value holds {} YAML documents (one value, no '---')", src.file,
-                                   o.key, o.value, docs.size()));
-    if (!docs.empty()) value = docs[0];  // an empty value stays null: refused as empty by the reader
+    std::optional<YAML::Mark> second;
+    value = load_one_document(o.value, &second);  // an empty value stays null: refused as empty by the reader
+    if (second)
+      throw InputError(fmt::format("{}: --set {}={}: the value holds more than one YAML document (one value, no '---')",
+                                   src.file, o.key, o.value));
   } catch (const YAML::Exception& e) {
     throw InputError(fmt::format("{}: --set {}={}: value is not valid YAML: {}", src.file, o.key, o.value, e.msg));
   }
@@ -95,15 +95,12 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
   YamlSource src{path, {}, {}};
   YAML::Node root;
   try {
-    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
     // A second document ('---') would be ignored without a word: refused.
-    if (docs.size() > 1) {
-      const YAML::Mark m = docs[1].Mark();
-      throw InputError(m.is_null() ? fmt::format("{}: a second YAML document ('---'); a workload is one document", path)
-                                   : fmt::format("{}:{}:{}: a second YAML document ('---'); a workload is one document",
-                                                 path, m.line + 1, m.column + 1));
-    }
-    if (!docs.empty()) root = docs[0];
+    std::optional<YAML::Mark> second;
+    root = load_one_document(text, &second);
+    if (second)
+      throw InputError(fmt::format("{}:{}:{}: a second YAML document ('---'); a workload is one document", path,
+                                   second->line + 1, second->column + 1));
   } catch (const YAML::Exception& e) {
     throw InputError(fmt::format("{}:{}:{}: invalid YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
   }

@@ -1,6 +1,8 @@
 // The workload's model and hardware sections: parsing (presets, inline specs, checkpoint
 // config.json, hardware profile files) and the resolved YAML that `tandem validate` prints.
 #include <fmt/format.h>
+#include <sstream>
+#include <fstream>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -152,19 +154,24 @@ HardwareSpec parse_hardware(const Field& f) {
       } catch (const InputError& e) {
         f.fail(fmt::format("hardware profile: {}", e.what()));
       }
-      std::vector<YAML::Node> docs;
-      try {
-        docs = YAML::LoadAllFromFile(path);
-      } catch (const YAML::BadFile&) {
-        f.fail(fmt::format("cannot read hardware profile '{}'", path));
-      } catch (const YAML::Exception& e) {
-        throw InputError(fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+      YAML::Node doc;
+      std::optional<YAML::Mark> second;
+      {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) f.fail(fmt::format("cannot read hardware profile '{}'", path));
+        std::stringstream text;
+        text << in.rdbuf();
+        try {
+          doc = load_one_document(text.str(), &second);
+        } catch (const YAML::Exception& e) {
+          throw InputError(fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+        }
       }
-      if (docs.size() > 1)
+      if (second)
         throw InputError(fmt::format("{}:{}:{}: a second YAML document ('---'); a hardware profile is one document", path,
-                                     docs[1].Mark().line + 1, docs[1].Mark().column + 1));
+                                     second->line + 1, second->column + 1));
       const YamlSource src{path, {}, {}};  // the profile's errors name the profile file
-      const Field root(docs.empty() ? YAML::Node() : docs[0], "hardware", &src);
+      const Field root(doc, "hardware", &src);
       std::error_code ec;
       root.refuse_tags(2 * (int64_t(std::filesystem::file_size(path, ec)) + 16));
       return parse_hardware_map(root, {});

@@ -1,5 +1,9 @@
 #include "sim/yaml_reader.h"
 
+#include <yaml-cpp/eventhandler.h>
+
+#include <sstream>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -188,6 +192,41 @@ std::string Field::as_path() const {
   const fs::path p = as_string();
   if (p.is_absolute() || from_override()) return p.string();
   return (fs::path(src_->file).parent_path() / p).lexically_normal().string();
+}
+
+namespace {
+// Counts document starts and remembers where each began; the content is not built.
+struct DocumentStarts final : YAML::EventHandler {
+  std::vector<YAML::Mark> starts;
+  void OnDocumentStart(const YAML::Mark& m) override { starts.push_back(m); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+}  // namespace
+
+YAML::Node load_one_document(const std::string& text, std::optional<YAML::Mark>* second) {
+  YAML::Node first = YAML::Load(text);
+  // Look for a second document with the event parser, two documents at most. On input where
+  // yaml-cpp makes no progress (it reports the same document again and again), the repeated
+  // start is not a second document.
+  std::stringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts d;
+  for (int i = 0; i < 2 && parser.HandleNextDocument(d); ++i) {
+  }
+  second->reset();
+  if (d.starts.size() >= 2) {
+    const YAML::Mark& a = d.starts[0];
+    const YAML::Mark& b = d.starts[1];
+    if (b.pos != a.pos || b.line != a.line || b.column != a.column) *second = b;
+  }
+  return first;
 }
 
 }  // namespace tandem

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,5 +66,11 @@ class Field {
   const YamlSource* src_;
   YAML::Mark parent_mark_;
 };
+
+// The first YAML document of `text`; `second` is set to where a second document starts, if
+// there is one (a workload, a profile or a --set value is one document). Use this, never
+// YAML::LoadAll: yaml-cpp 0.7's LoadAll loops forever on some inputs (a lone ',').
+// Throws YAML::Exception on invalid YAML.
+YAML::Node load_one_document(const std::string& text, std::optional<YAML::Mark>* second);
 
 }  // namespace tandem
