@@ -5,7 +5,7 @@ TANDEM := $(BUILD)/tandem
 WORKLOAD ?= workloads/quickstart.yaml
 
 .PHONY: all setup build run test test-unit test-golden bench bench-scheduler bench-sim bench-continuous bench-cpu \
-        sim-vs-measured hf-check clean
+        sim-vs-measured hf-check clean test-sanitize fuzz fuzz-build
 
 all: build
 
@@ -34,6 +34,35 @@ test-unit: build
 
 test-golden: build
 	meson test -C $(BUILD) --suite golden --print-errorlogs
+
+# The unit and cli suites under AddressSanitizer + UndefinedBehaviorSanitizer (gcc, its own
+# build folder; any report fails the test). The golden suite stays with the plain build: it
+# takes about 7 minutes under ASan.
+SAN_BUILD ?= build-asan
+$(SAN_BUILD)/build.ninja:
+	meson setup $(SAN_BUILD) --buildtype=debugoptimized -Db_sanitize=address,undefined \
+	  -Dcpp_args=-fno-sanitize-recover=undefined -Dcuda=disabled
+
+test-sanitize: $(SAN_BUILD)/build.ninja
+	ninja -C $(SAN_BUILD) tandem tests/unit_tests
+	ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  meson test -C $(SAN_BUILD) --suite unit --no-rebuild --print-errorlogs
+
+# Fuzzing (tests/fuzz, libFuzzer + ASan + UBSan; clang 19 from `tools/setup --fuzz`): each
+# target for FUZZ_SECONDS; FUZZ_TARGETS picks some (workload azure vidur mooncake safetensors
+# hf_config profile compare). A new finding fails with its reproducer printed.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+FUZZ_ALL := workload azure vidur mooncake safetensors hf_config profile compare
+$(FUZZ_BUILD)/build.ninja:
+	meson setup $(FUZZ_BUILD) --native-file tests/fuzz/clang.ini -Dfuzz=true -Dcuda=disabled
+
+fuzz-build: $(FUZZ_BUILD)/build.ninja
+	ninja -C $(FUZZ_BUILD) $(addprefix tests/fuzz/fuzz_,$(FUZZ_ALL))
+
+fuzz: fuzz-build
+	tests/fuzz/run.sh -b $(FUZZ_BUILD) -t $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 bench: bench-scheduler bench-sim bench-continuous bench-cpu
 

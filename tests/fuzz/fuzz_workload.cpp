@@ -1,0 +1,43 @@
+// The workload loader with --set overrides: parse_workload(text, path, overrides).
+// Input: a workload YAML; every line "#set KEY=VALUE" (a YAML comment, so the text stays a
+// workload) is also passed as the override KEY=VALUE, in order. Relative paths resolve against
+// the repository's workloads/ folder, as for a file there. A workload that loads must also
+// print (tandem validate) and that output must load again.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "sim/config.h"
+#include "tests/fuzz/fuzz_common.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  std::vector<tandem::Override> overrides;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    const std::string line = text.substr(pos, eol - pos);
+    if (line.rfind("#set ", 0) == 0) {
+      const std::string kv = line.substr(5);
+      const size_t eq = kv.find('=');
+      overrides.push_back(eq == std::string::npos ? tandem::Override{kv, ""}
+                                                  : tandem::Override{kv.substr(0, eq), kv.substr(eq + 1)});
+    }
+    pos = eol + 1;
+  }
+  const std::string path = std::string(TANDEM_SOURCE_DIR) + "/workloads/fuzz-input.yaml";
+  try {
+    const tandem::Workload w = tandem::parse_workload(text, path, overrides);
+    const std::string printed = tandem::to_yaml(w);
+    try {
+      (void)tandem::parse_workload(printed, path);
+    } catch (const tandem::InputError& e) {
+      std::fprintf(stderr, "FINDING: the resolved workload (tandem validate) does not load again: %s\n--- printed:\n%s\n",
+                   e.what(), printed.c_str());
+      std::abort();
+    }
+  } catch (const tandem::InputError&) {
+  }
+  return 0;
+}
