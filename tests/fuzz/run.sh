@@ -62,6 +62,7 @@ signature() {
   [ -n "$kind" ] || kind=$(grep -m1 -oE 'ERROR: LeakSanitizer: [a-z ]+' "$log" | sed 's/ERROR: //')
   [ -n "$kind" ] || kind=$(grep -m1 -oE 'runtime error: [a-z -]+' "$log")
   [ -n "$kind" ] || kind=$(grep -m1 -oE 'ERROR: libFuzzer: [a-z -]+' "$log" | sed 's/ERROR: //; s/ *$//')
+  [ -n "$kind" ] || { grep -q '^ALARM: working on the last Unit' "$log" && kind="libFuzzer: timeout after"; }
   [ -n "$kind" ] || kind="unknown"
   frames=$(grep -E '^ *#[0-9]+ 0x[0-9a-f]+ in ' "$log" |
            grep -E '(^|[ /])(sim|backend|policies|tests/fuzz)/[A-Za-z0-9_./-]+\.(cpp|h):[0-9]+' |
@@ -69,6 +70,30 @@ signature() {
            awk '!seen[$0]++' | head -3 | paste -sd';' | sed 's/;/; /g')
   echo "$kind | ${frames:-no project frame}"
 }
+
+# watched LOG DEADLINE CMD...: CMD with its output in LOG. libFuzzer's timeout report
+# allocates inside a signal handler: when the alarm lands inside the allocator (a hang that
+# allocates), the report deadlocks. A run still alive 15 s after its "ALARM:" line, or at
+# DEADLINE (seconds since 1970), is killed (status 137); its input is lost.
+alive() { local s; s=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) && [ "$s" != Z ]; }
+watched() {
+  local log=$1 deadline=$2 pid alarm_at=0 now
+  shift 2
+  "$@" >"$log" 2>&1 &
+  pid=$!
+  while alive $pid; do
+    sleep 1
+    now=$(date +%s)
+    [ $alarm_at != 0 ] || ! grep -q '^ALARM: working on the last Unit' "$log" || alarm_at=$now
+    if { [ $alarm_at != 0 ] && [ $((now - alarm_at)) -ge 15 ]; } || [ $now -ge $deadline ]; then
+      kill -KILL $pid 2>/dev/null
+      echo "run.sh: killed: $([ $alarm_at != 0 ] && echo 'its timeout report deadlocked' || echo 'past its deadline')" >>"$log"
+      break
+    fi
+  done
+  wait $pid
+}
+deadlocked() { grep -q '^run.sh: killed: its timeout report deadlocked' "$1"; }
 
 fail=0
 declare -a summary
@@ -84,7 +109,12 @@ for t in "${targets[@]}"; do
   for f in tests/fuzz/findings/$t/*; do
     [ -f "$f" ] || continue
     log=$work/known.log
-    if timeout 120 "$bin" "${limits[@]}" "$f" >"$log" 2>&1; then
+    for attempt in 1 2 3; do  # again if its report deadlocked
+      watched "$log" $(( $(date +%s) + 60 )) "$bin" "${limits[@]}" "$f"
+      rc=$?
+      [ $rc -ne 0 ] && deadlocked "$log" || break
+    done
+    if [ $rc -eq 0 ]; then
       echo "fuzz $t: known finding $f no longer reproduces: fixed? then move it into $seeds/, so that every run replays it"
     else
       sig=$(signature "$log")
@@ -103,8 +133,8 @@ for t in "${targets[@]}"; do
     art=$work/artifacts/run$runs/
     rm -rf "$art" && mkdir -p "$art"
     log=$work/run$runs.log
-    "$bin" "${limits[@]}" -max_total_time=$left -print_final_stats=1 -dict="$(dict_of "$t")" \
-      -artifact_prefix="$art" "$work/corpus" "$seeds" >"$log" 2>&1
+    watched "$log" $((end + 60)) "$bin" "${limits[@]}" -max_total_time=$left -print_final_stats=1 \
+      -dict="$(dict_of "$t")" -artifact_prefix="$art" "$work/corpus" "$seeds"
     rc=$?
     n=$(grep -m1 -oE '^stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$')
     [ -n "$n" ] || n=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#')
@@ -112,7 +142,15 @@ for t in "${targets[@]}"; do
     [ $rc -ne 0 ] || break
     input=$(find "$art" -type f ! -name 'slow-unit-*' | head -1)
     sig=$(signature "$log")
+    # A hang whose report deadlocked has no input and no stack: taken for a known hang of this
+    # target if it has one (it comes back with a full report if it is new), else a finding.
+    if deadlocked "$log"; then
+      for k in "${!known[@]}"; do
+        case $k in "libFuzzer: timeout"*) sig=$k ;; esac
+      done
+    fi
     if [ -n "${known[$sig]+x}" ]; then
+      deadlocked "$log" && echo "fuzz $t: a hang whose report deadlocked (input lost); taken for the known hang below"
       echo "fuzz $t: found known finding again (${known[$sig]}): $sig; going on"
       status=known
       # A known finding hit at once (say, by a seed) would restart forever: stop after 5.
@@ -123,6 +161,7 @@ for t in "${targets[@]}"; do
     status=NEW
     fail=1
     echo "::error:: fuzz $t: NEW FINDING: $sig"
+    deadlocked "$log" && echo "(a hang whose timeout report deadlocked: its input is lost; run the target longer to catch it again)"
     echo "----- libFuzzer's report ($log, last 60 lines) -----"
     tail -60 "$log"
     if [ -n "$input" ]; then
