@@ -1,5 +1,6 @@
 #include "policies/kv_cache.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace tandem {
@@ -9,36 +10,36 @@ KvCache::KvCache(int32_t num_blocks, int32_t block_size, int32_t num_state_slots
       block_size_(block_size),
       num_state_slots_(num_state_slots),
       free_slots_(num_state_slots < 0 ? 0 : num_state_slots),
-      free_ring_(static_cast<size_t>(num_blocks)),
-      ref_count_(static_cast<size_t>(num_blocks), 0),
+      pool_(std::max(num_blocks, 1)),
       tables_(static_cast<size_t>(num_requests)) {
   if (num_blocks < 1 || block_size < 1) throw std::invalid_argument("KvCache: needs at least one block of at least one token");
-  for (int32_t b = 0; b < num_blocks; ++b) free_ring_[static_cast<size_t>(b)] = b;
-  free_count_ = num_blocks;
 }
 
-int32_t KvCache::pop_free() {
-  const int32_t b = free_ring_[static_cast<size_t>(free_head_)];
-  free_head_ = free_head_ + 1 == num_blocks_ ? 0 : free_head_ + 1;
-  --free_count_;
-  ref_count_[static_cast<size_t>(b)] = 1;
-  return b;
+void KvCache::match_prefix(std::span<const BlockHash> prompt_hashes, int32_t max_blocks, PrefixHit& out) const {
+  out.clear();
+  const size_t n = std::min(prompt_hashes.size(), static_cast<size_t>(std::max(max_blocks, 0)));
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t b = pool_.find(prompt_hashes[i]);
+    if (b < 0) break;
+    out.blocks.push_back(b);
+    out.num_free += pool_.ref_count(b) == 0;
+  }
 }
 
-void KvCache::push_free(int32_t block) {
-  int32_t tail = free_head_ + free_count_;
-  if (tail >= num_blocks_) tail -= num_blocks_;
-  free_ring_[static_cast<size_t>(tail)] = block;
-  ++free_count_;
-}
-
-void KvCache::admit(ReqId id, int64_t lifetime_tokens) {
+void KvCache::admit(ReqId id, int64_t lifetime_tokens, const PrefixHit& hit) {
   Table& t = tables_[static_cast<size_t>(id)];
   if (t.admitted) throw std::logic_error("KvCache::admit: request already admitted");
   t.admitted = true;
   t.reserved = blocks_for(lifetime_tokens);
+  const auto hits = static_cast<int32_t>(hit.blocks.size());
+  if (hits > t.reserved) throw std::logic_error("KvCache::admit: more hit blocks than the request's lifetime");
   t.blocks.reserve(static_cast<size_t>(t.reserved));  // one allocation for the request's whole life
-  reserved_remaining_ += t.reserved;
+  for (int32_t b : hit.blocks) {
+    pool_.touch(b);
+    t.blocks.push_back(b);
+  }
+  t.published = hits;
+  reserved_remaining_ += t.reserved - hits;
   if (num_state_slots_ >= 0) --free_slots_;
 }
 
@@ -47,16 +48,27 @@ void KvCache::grow(ReqId id, int64_t tokens) {
   const int32_t need = blocks_for(tokens);
   if (need > t.reserved) throw std::logic_error("KvCache: request grew past its reservation");
   while (static_cast<int32_t>(t.blocks.size()) < need) {
-    t.blocks.push_back(pop_free());
+    t.blocks.push_back(pool_.allocate());
     --reserved_remaining_;
+  }
+}
+
+void KvCache::publish_full_blocks(ReqId id, int64_t computed_tokens, std::span<const BlockHash> prompt_hashes) {
+  Table& t = tables_[static_cast<size_t>(id)];
+  const auto full = static_cast<int32_t>(std::min<int64_t>({computed_tokens / block_size_, int64_t(prompt_hashes.size()),
+                                                           int64_t(t.blocks.size())}));
+  constexpr int32_t kAhead = 8;  // index entries fetched ahead of their publish
+  for (int32_t i = t.published; i < std::min(full, t.published + kAhead); ++i) pool_.prefetch(prompt_hashes[static_cast<size_t>(i)]);
+  for (; t.published < full; ++t.published) {
+    if (t.published + kAhead < full) pool_.prefetch(prompt_hashes[static_cast<size_t>(t.published + kAhead)]);
+    pool_.publish(t.blocks[static_cast<size_t>(t.published)], prompt_hashes[static_cast<size_t>(t.published)]);
   }
 }
 
 void KvCache::release(ReqId id) {
   Table& t = tables_[static_cast<size_t>(id)];
   if (!t.admitted) return;
-  for (int32_t b : t.blocks)
-    if (--ref_count_[static_cast<size_t>(b)] == 0) push_free(b);
+  for (auto it = t.blocks.rbegin(); it != t.blocks.rend(); ++it) pool_.release(*it);
   reserved_remaining_ -= t.reserved - static_cast<int32_t>(t.blocks.size());
   if (num_state_slots_ >= 0) ++free_slots_;
   t = Table{};  // also returns the table's memory: a million finished requests cost nothing here

@@ -11,6 +11,7 @@ std::string_view to_string(BatchingPolicy p) {
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, KvCache& kv)
     : cfg_(cfg), reqs_(requests), kv_(kv), cancel_pending_(requests.size(), 0) {
+  if (cfg.enable_prefix_caching) prompt_hashes_.resize(requests.size());
   if (cfg.max_num_seqs < 1 || cfg.max_num_batched_tokens < 1 || cfg.max_num_partial_prefills < 1)
     throw std::invalid_argument("Scheduler: max_num_seqs, max_num_batched_tokens and max_num_partial_prefills must be >= 1");
   running_.reserve(static_cast<size_t>(cfg.max_num_seqs));
@@ -21,7 +22,7 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, Kv
   plan_.seqs.reserve(static_cast<size_t>(cfg.max_num_seqs));
 }
 
-bool Scheduler::add_request(ReqId id, Time now) {
+bool Scheduler::add_request(ReqId id, Time now, std::span<const BlockHash> prompt_hashes) {
   Request& r = reqs_[static_cast<size_t>(id)];
   const int64_t lifetime = int64_t{r.prompt_len} + r.max_output;
   FailReason why = FailReason::None;
@@ -37,6 +38,7 @@ bool Scheduler::add_request(ReqId id, Time now) {
     return false;
   }
   r.status = RequestStatus::Waiting;
+  if (cfg_.enable_prefix_caching) prompt_hashes_[static_cast<size_t>(id)] = prompt_hashes;
   waiting_.push_back(id);
   ++num_waiting_;
   return true;
@@ -126,27 +128,45 @@ void Scheduler::admit_waiting(Time now) {
     // prompt must fit the budget left whole; with it, the prompt is cut to the budget left (and
     // the per-prompt chunk cap), as long as fewer than max_num_partial_prefills prompts stay
     // part-way after this step.
-    int32_t n = r.prompt_len;
+    // Prefix hit first (a pure lookup): it shortens what the prompt still has to compute.
+    const int32_t cached = take_prefix_hit(id, r);
+    const int32_t rest = r.prompt_len - cached;
+    int32_t n = rest;
     if (cfg_.enable_chunked_prefill) n = std::min({n, budget_left_, chunk_cap_});
-    if (n < r.prompt_len && (!cfg_.enable_chunked_prefill || partial_after_step_ >= cfg_.max_num_partial_prefills)) return;
+    if (n < rest && (!cfg_.enable_chunked_prefill || partial_after_step_ >= cfg_.max_num_partial_prefills)) return;
     if (n > budget_left_) return;
     const int64_t lifetime = int64_t{r.prompt_len} + r.max_output;
-    if (!kv_.can_admit(lifetime)) return;
+    if (!kv_.can_admit(lifetime, hit_)) return;
     waiting_.pop_front();
     --num_waiting_;
-    kv_.admit(id, lifetime);  // the whole life is reserved now; blocks are taken as chunks compute
+    kv_.admit(id, lifetime, hit_);  // the whole life is reserved now; blocks are taken as chunks compute
     r.status = RequestStatus::Running;
     r.first_scheduled = now;
+    r.num_computed = cached;
+    r.num_cached_tokens = cached;
     running_.push_back(id);
     add_to_plan(id, r, n);
-    if (n < r.prompt_len) {
+    if (n < rest) {
       partial_.push_back(id);
       ++partial_after_step_;
     }
   }
 }
 
+// Looks up id's cached prefix into hit_ and returns its length in tokens (0 with caching off).
+// At most (prompt_len - 1) tokens: the last prompt token is always computed, because its
+// logits give the first output token; a prompt cached whole recomputes its last block.
+int32_t Scheduler::take_prefix_hit(ReqId id, const Request& r) {
+  hit_.clear();
+  if (!cfg_.enable_prefix_caching) return 0;
+  const auto hashes = prompt_hashes_[static_cast<size_t>(id)];
+  if (hashes.empty()) return 0;
+  kv_.match_prefix(hashes, (r.prompt_len - 1) / kv_.block_size(), hit_);
+  return static_cast<int32_t>(hit_.blocks.size()) * kv_.block_size();
+}
+
 void Scheduler::leave(Request& r, RequestStatus status, Time now) {
+  if (!prompt_hashes_.empty()) prompt_hashes_[static_cast<size_t>(r.id)] = {};
   r.status = status;
   r.finish = now;
 }
@@ -157,8 +177,17 @@ std::span<const ReqId> Scheduler::complete_step(Time now) {
   left_.clear();
   for (const ScheduledSeq& s : plan_.seqs) {
     Request& r = reqs_[static_cast<size_t>(s.id)];
+    const bool was_prefilling = r.prefilling();
     r.num_computed += s.num_tokens;
     if (s.samples) ++r.generated;
+    // Prompt blocks this step completed become hits for later requests (also for one whose
+    // prompt is still part-way: it shares what is done). A cancelled request's full blocks hold
+    // valid KV too, so they are published before it leaves below.
+    if (was_prefilling && cfg_.enable_prefix_caching) {
+      auto& hashes = prompt_hashes_[static_cast<size_t>(s.id)];
+      if (!hashes.empty()) kv_.publish_full_blocks(s.id, r.num_computed, hashes);
+      if (!r.prefilling()) hashes = {};  // the caller may drop them now
+    }
   }
   // Who leaves: finished requests (continuous: at once; static: when the whole batch is done)
   // and requests cancelled while the step ran. Compaction keeps admission order.

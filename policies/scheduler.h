@@ -12,6 +12,13 @@
 //               that does not fit the budget left is cut; only the chunk that reaches the
 //               end of the prompt samples. Without chunking a prompt is computed whole in
 //               its admission step (stage 1).
+//   prefix caching (any of the above)  at admission the prompt's leading full blocks that are
+//               already in the KV pool (matched by chained block hash) are taken instead of
+//               computed: the request starts with num_computed = the hit length, and only the
+//               rest is scheduled (chunked as above). The last prompt token is always computed,
+//               since it samples the first output token. Blocks become hits for others once a
+//               step has computed them whole, so a prompt part-way through its chunks already
+//               shares its finished blocks.
 //
 // Plan, then apply: schedule() chooses and allocates the KV the step needs; complete_step()
 // applies the step's outcome (tokens computed, tokens sampled, requests that leave).
@@ -40,6 +47,9 @@ struct SchedulerConfig {
   // Prompts that may be part-way at once (chunking only). Above 1, every prompt chunk is capped
   // at max_num_batched_tokens / max_num_partial_prefills, so that several prompts progress at once.
   int32_t max_num_partial_prefills = 1;
+  // Stage 3: admission takes a prompt's cached leading blocks. Needs the prompt's block hashes
+  // (add_request); false, or no hashes, is stage 2 exactly.
+  bool enable_prefix_caching = true;
 };
 
 class Scheduler {
@@ -47,8 +57,10 @@ class Scheduler {
   Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, KvCache& kv);
 
   // A request arrives. Returns false if it failed at once (reason set on the request):
-  // a request that can never be served must not wait forever.
-  bool add_request(ReqId id, Time now);
+  // a request that can never be served must not wait forever. `prompt_hashes`: the chained
+  // hashes of the prompt's full blocks (prefix caching); the caller keeps them alive until
+  // the request's prompt is computed or it leaves.
+  bool add_request(ReqId id, Time now, std::span<const BlockHash> prompt_hashes = {});
   // Cancel a live request. A request inside the in-flight step leaves when the step ends.
   // Returns true if it left now.
   bool cancel(ReqId id, Time now);
@@ -74,6 +86,7 @@ class Scheduler {
   void schedule_running();
   void schedule_partial_prefills();
   void admit_waiting(Time now);
+  int32_t take_prefix_hit(ReqId id, const Request& r);
   void add_to_plan(ReqId id, const Request& r, int32_t n);
   void leave(Request& r, RequestStatus status, Time now);
   ReqId front_waiting();
@@ -86,8 +99,10 @@ class Scheduler {
   int32_t num_waiting_ = 0;         // live entries of waiting_
   std::vector<ReqId> running_;      // admission order
   std::vector<ReqId> partial_;      // running and still in the prompt after a chunk (<= max_num_partial_prefills + 1)
-  int32_t partial_after_step_ = 0;
-  int32_t chunk_cap_ = 0;           // most tokens one prompt chunk may take (budget / max partials)  // of partial_ and this step's admissions: still part-way after this step
+  int32_t partial_after_step_ = 0;  // of partial_ and this step's admissions: still part-way after this step
+  int32_t chunk_cap_ = 0;           // most tokens one prompt chunk may take (budget / max partials)
+  std::vector<std::span<const BlockHash>> prompt_hashes_;  // by ReqId, while the prompt is computed (caching on)
+  PrefixHit hit_;                   // scratch for match_prefix, reused
   std::vector<uint8_t> cancel_pending_;  // by ReqId: cancel arrived while the step was in flight
   StepPlan plan_;
   int32_t budget_left_ = 0;

@@ -94,7 +94,8 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
     for (const char* p : {"mean", "p50", "p90", "p99", "max", "std"}) keys.push_back(fmt::format("{}.{}", m, p));
   for (const char* k : {"throughput.requests_per_s", "throughput.output_tokens_per_s", "throughput.total_tokens_per_s",
                         "goodput.requests_per_s", "requests.finished", "requests.failed", "requests.cancelled",
-                        "jitter_ms", "steps_mix.decode_steps_with_prefill_share", "prefix_cache.hit_rate", "kv_cache.mean_util", "kv_cache.peak_util", "steps",
+                        "jitter_ms", "steps_mix.decode_steps_with_prefill_share", "prefix_cache.hit_rate",
+                        "prefix_cache.block_hit_rate", "prefix_cache.hit_tokens", "prefix_cache.hits", "prefix_cache.evictions", "kv_cache.mean_util", "kv_cache.peak_util", "steps",
                         "makespan_s", "sim_s", "wall_s"})
     keys.push_back(k);
   // The optional metrics (goodput, steps_mix, ...) too: a number or absent, checked before printing.

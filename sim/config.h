@@ -42,6 +42,10 @@ struct SharedPrefixSpec {
   int32_t groups = 0;     // 0: off
   DistSpec prefix_len;    // leading tokens shared by a group (capped at the prompt length)
   double fraction = 1.0;  // share of requests that belong to some group
+  // false: the prefix is the leading part of the drawn prompt (capped at its length);
+  // true: the prefix is put before the drawn prompt (a system prompt + a user turn), so a
+  // member's prompt_len is prefix_len + the drawn length.
+  bool prepend = false;
 };
 
 struct CancelSpec {
@@ -77,6 +81,7 @@ struct EngineSpec {
   int32_t max_num_batched_tokens = 8192;  // per-step token budget; with chunking, the chunk size
   bool enable_chunked_prefill = true;     // stage 2: prompts are cut to the budget left (false: stage 1)
   int32_t max_num_partial_prefills = 1;   // prompts part-way at once (chunking only)
+  bool enable_prefix_caching = true;      // stage 3: prompts take their cached leading blocks (false: stage 2)
   int32_t block_size = 16;
   int64_t num_kv_blocks = 0;             // 0: derived from kv_memory_gb or device memory
   double kv_memory_gb = 0;               // 0: derived from device memory

@@ -13,7 +13,7 @@ EngineSpec parse_engine(const Field& f) {
   EngineSpec e;
   if (!f.present()) return e;
   f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "max_num_partial_prefills",
-                "block_size", "num_kv_blocks", "kv_memory_gb", "gpu_memory_utilization", "state_slots", "deterministic", "tp",
+                "enable_prefix_caching", "block_size", "num_kv_blocks", "kv_memory_gb", "gpu_memory_utilization", "state_slots", "deterministic", "tp",
                 "cuda_graph", "cuda_attention"});
   const std::string pol = f.get_string("policy", "continuous");
   if (pol == "continuous") e.policy = BatchingPolicy::Continuous;
@@ -24,6 +24,7 @@ EngineSpec parse_engine(const Field& f) {
   e.block_size = int32_t(f.get_int("block_size", e.block_size, 1, 1 << 16));
   if (f.has("enable_chunked_prefill")) e.enable_chunked_prefill = f["enable_chunked_prefill"].as_bool();
   e.max_num_partial_prefills = int32_t(f.get_int("max_num_partial_prefills", e.max_num_partial_prefills, 1, 1 << 20));
+  if (f.has("enable_prefix_caching")) e.enable_prefix_caching = f["enable_prefix_caching"].as_bool();
   // A chunk shorter than a block would make every prompt crawl a few tokens a step: refused.
   if (e.enable_chunked_prefill && e.max_num_batched_tokens < e.block_size)
     f[f.has("max_num_batched_tokens") ? "max_num_batched_tokens" : "block_size"].fail(fmt::format(
@@ -52,6 +53,7 @@ YAML::Node engine_yaml(const EngineSpec& e) {
   n["max_num_batched_tokens"] = e.max_num_batched_tokens;
   n["enable_chunked_prefill"] = e.enable_chunked_prefill;
   n["max_num_partial_prefills"] = e.max_num_partial_prefills;
+  n["enable_prefix_caching"] = e.enable_prefix_caching;
   n["block_size"] = e.block_size;
   n["num_kv_blocks"] = e.resolved_kv_blocks;
   n["gpu_memory_utilization"] = num(e.gpu_memory_utilization);

@@ -200,10 +200,15 @@ RequestsSpec parse_requests(const Field& f) {
   }
   if (f.has("shared_prefix")) {
     const Field s = f["shared_prefix"];
-    s.expect_map({"groups", "prefix_len", "fraction"});
+    s.expect_map({"groups", "prefix_len", "fraction", "prepend"});
     r.shared_prefix.groups = int32_t(s["groups"].as_int(1, 10'000'000));
     r.shared_prefix.prefix_len = parse_dist(s["prefix_len"], "", 1);
     r.shared_prefix.fraction = s.get_double("fraction", 1.0, 0, 1);
+    if (s.has("prepend")) r.shared_prefix.prepend = s["prepend"].as_bool();
+    // A Mooncake trace's hash_ids fix the token ids of its leading blocks; a prefix put in
+    // front would shift them off their blocks.
+    if (r.shared_prefix.prepend && r.trace && r.trace->format == TraceSpec::Format::Mooncake)
+      s["prepend"].fail("not allowed with a mooncake trace (its hash_ids already decide the leading blocks)");
   }
   if (f.has("cancel")) {
     r.cancel = parse_cancel(f["cancel"]);
@@ -250,6 +255,7 @@ YAML::Node requests_yaml(const RequestsSpec& r) {
     n["shared_prefix"]["groups"] = r.shared_prefix.groups;
     n["shared_prefix"]["prefix_len"] = dist_yaml(r.shared_prefix.prefix_len);
     n["shared_prefix"]["fraction"] = num(r.shared_prefix.fraction);
+    n["shared_prefix"]["prepend"] = r.shared_prefix.prepend;
   }
   if (!r.cancel.explicit_cancels.empty() || r.cancel.fraction > 0) {
     for (const auto& c : r.cancel.explicit_cancels) {

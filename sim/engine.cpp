@@ -10,7 +10,8 @@ namespace tandem {
 namespace {
 SchedulerConfig scheduler_config(const Workload& w) {
   return {w.engine.policy,        w.engine.max_num_seqs,           w.engine.max_num_batched_tokens,
-          w.model.max_model_len,  w.engine.enable_chunked_prefill, w.engine.max_num_partial_prefills};
+          w.model.max_model_len,  w.engine.enable_chunked_prefill, w.engine.max_num_partial_prefills,
+          w.engine.enable_prefix_caching};
 }
 }  // namespace
 
@@ -21,8 +22,10 @@ Engine::Engine(const Workload& w, RequestSet requests, executor_i& executor, clo
       clock_(clock),
       kv_(w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.state_slots, int32_t(set_.requests.size())),
       sched_(scheduler_config(w), set_.requests, kv_),
-      prompt_(w.seed, w.model.vocab, set_) {
+      prompt_(w.seed, w.model.vocab, set_),
+      hash_root_(root_block_hash(w)) {
   if (!exec_.simulated()) outputs_.resize(set_.requests.size());
+  if (w.engine.enable_prefix_caching) prompt_hashes_.resize(set_.requests.size());
 }
 
 void Engine::post_next_arrival() {
@@ -52,9 +55,15 @@ Summary Engine::run() {
   for (const Request& r : set_.requests) lost += r.alive();
   if (lost > 0 || sched_.in_flight())
     throw std::runtime_error(fmt::format("engine: {} request(s) neither finished, cancelled nor failed at the end of the run (lost event)", lost));
+  // Leak check: with every request gone, no block may still be referenced and nothing reserved
+  // (cached blocks stay, unreferenced, on the free list).
+  if (kv_.used_blocks() != 0 || kv_.reserved_remaining() != 0)
+    throw std::runtime_error(fmt::format("engine: KV leak at the end of the run: {} block(s) still referenced, {} reserved",
+                                         kv_.used_blocks(), kv_.reserved_remaining()));
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   Summary s = metrics_.summarize(set_.requests, w_, exec_.name(), wall_s);
   s.sim_s = to_seconds(now_);
+  s.prefix_evictions = kv_.evictions();
   return s;
 }
 
@@ -62,7 +71,12 @@ void Engine::on(const Arrival& e) {
   post_next_arrival();
   Request& r = set_.requests[size_t(e.id)];
   if (!r.alive()) return;  // cancelled before it arrived
-  if (!sched_.add_request(e.id, now_)) done(r);
+  std::span<const BlockHash> hashes;
+  if (!prompt_hashes_.empty()) {
+    hash_prompt_blocks(r, prompt_, w_.engine.block_size, hash_root_, prompt_hashes_[size_t(e.id)]);
+    hashes = prompt_hashes_[size_t(e.id)];
+  }
+  if (!sched_.add_request(e.id, now_, hashes)) done(r);
 }
 
 void Engine::on(const Cancel& e) {
@@ -90,6 +104,13 @@ void Engine::on(const StepDone&) {
   }
   for (run_observer_i* o : observers_) o->on_step(inflight_);
   for (ReqId id : sched_.complete_step(now_)) done(set_.requests[size_t(id)]);
+  if (!prompt_hashes_.empty())
+    for (const ScheduledSeq& s : plan.seqs)
+      if (!set_.requests[size_t(s.id)].prefilling()) drop_prompt_hashes(s.id);
+}
+
+void Engine::drop_prompt_hashes(ReqId id) {
+  if (!prompt_hashes_.empty() && !prompt_hashes_[size_t(id)].empty()) std::vector<BlockHash>().swap(prompt_hashes_[size_t(id)]);
 }
 
 void Engine::start_step_if_idle() {
@@ -147,6 +168,7 @@ void Engine::attach_tokens(StepPlan& plan) {
 }
 
 void Engine::done(const Request& r) {
+  drop_prompt_hashes(r.id);
   for (run_observer_i* o : observers_) o->on_request_done(r);
 }
 

@@ -14,6 +14,7 @@
 #include "sim/config.h"
 #include "sim/events.h"
 #include "sim/metrics.h"
+#include "sim/prompt_hashes.h"
 #include "sim/workload_gen.h"
 
 namespace tandem {
@@ -59,6 +60,7 @@ class Engine {
   void post_next_arrival();
   void done(const Request& r);
   void attach_tokens(StepPlan& plan);
+  void drop_prompt_hashes(ReqId id);
 
   const Workload& w_;
   RequestSet set_;
@@ -72,6 +74,10 @@ class Engine {
   std::unique_ptr<cost_model_i> shadow_;
   std::vector<std::vector<Token>> outputs_;
   PromptTokens prompt_;
+  // Prefix caching: each live request's prompt block hashes, from arrival until its prompt is
+  // computed (or it leaves); the scheduler holds views of them.
+  std::vector<std::vector<BlockHash>> prompt_hashes_;
+  BlockHash hash_root_;
   size_t next_arrival_ = 0;
   Time now_ = 0;
   StepRecord inflight_;

@@ -22,6 +22,7 @@
 #include "sim/config.h"
 #include "sim/engine.h"
 #include "sim/outputs.h"
+#include "sim/prefix_bound.h"
 
 namespace po = boost::program_options;
 using namespace tandem;
@@ -32,7 +33,7 @@ constexpr const char* kUsage =
     "usage:\n"
     "  tandem run WORKLOAD.yaml [--backend sim|cpu|cuda] [--clock wall|virtual] [--threads N]\n"
     "             [--set KEY=VALUE ...] [--out DIR [--trace full|steps|requests|none]] [--quiet]\n"
-    "  tandem validate WORKLOAD.yaml [--set KEY=VALUE ...]\n"
+    "  tandem validate WORKLOAD.yaml [--set KEY=VALUE ...] [--prefix-bound]\n"
     "  tandem compare RUN_DIR_A RUN_DIR_B\n"
     "  tandem calibrate --backend cpu --model PRESET --out PROFILE.yaml [--threads N] [--quick]\n"
     "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml\n"
@@ -74,7 +75,8 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
       "set", po::value<std::vector<std::string>>()->composing(), "override a workload key: --set engine.max_num_seqs=8")(
       "out", po::value<std::string>(), "write summary.json, requests.csv, steps.csv, trace.json here")(
       "trace", po::value<std::string>()->default_value("full"), "trace.json detail: full, steps, requests or none")(
-      "quiet", po::bool_switch(), "no summary table on stdout");
+      "quiet", po::bool_switch(), "no summary table on stdout")(
+      "prefix-bound", po::bool_switch(), "validate: also the ideal prefix-cache hit rate (unbounded cache)");
   po::positional_options_description pos;
   pos.add("workload", 1);
   po::variables_map vm;
@@ -86,11 +88,23 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   if (validate_only)
     for (const char* k : {"backend", "clock", "threads", "out", "trace", "quiet"})
       if (given(k)) throw InputError(fmt::format("validate: --{} is an option of run, not of validate\n{}", k, kUsage));
+  if (!validate_only && vm["prefix-bound"].as<bool>())
+    throw InputError(fmt::format("run: --prefix-bound is an option of validate, not of run\n{}", kUsage));
   const auto sets = vm.count("set") ? parse_sets(vm["set"].as<std::vector<std::string>>()) : std::vector<Override>{};
   Workload w = load_workload(vm["workload"].as<std::string>(), sets);
   if (validate_only) {
     RequestSet rs = generate_requests(w);  // also checks trace and length files
     std::cout << to_yaml(w) << "# " << rs.requests.size() << " requests\n";
+    if (vm["prefix-bound"].as<bool>()) {
+      // A comment, like the line above, so that the output stays a valid workload.
+      const PrefixBound b = prefix_bound(w, rs);
+      std::cout << fmt::format(
+          "# prefix bound (unbounded cache, blocks available at arrival): {:.1f}% of prompt tokens, {:.1f}% of full "
+          "blocks, {} of {} requests could hit (block size {}; every request with a prompt, those the run would fail "
+          "included){}\n",
+          100 * b.hit_rate(), 100 * b.block_hit_rate(), b.requests_hit, b.requests, b.block_size,
+          w.engine.enable_prefix_caching ? "" : "; prefix caching is off in this workload");
+    }
     return 0;
   }
   const std::string backend = vm["backend"].as<std::string>();

@@ -121,9 +121,19 @@ Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload
   Time first_arrival = kNever, last_finish = 0;
   double out_tokens = 0, all_tokens = 0, jitter_sum = 0;
   int64_t jitter_n = 0, good = 0;
+  const int32_t bs = w.engine.block_size;
   for (const Request& r : reqs) {
     first_arrival = std::min(first_arrival, r.arrival);
     if (r.finish != kNever) last_finish = std::max(last_finish, r.finish);
+    // Prefix cache: one query per admitted request (whatever its end), by tokens and by full blocks.
+    if (w.engine.enable_prefix_caching && r.first_scheduled != kNever) {
+      ++s.prefix_queries;
+      s.prefix_hits += r.num_cached_tokens > 0;
+      s.prefix_queried_tokens += r.prompt_len;
+      s.prefix_hit_tokens += r.num_cached_tokens;
+      s.prefix_queried_blocks += r.prompt_len / bs;
+      s.prefix_hit_blocks += r.num_cached_tokens / bs;
+    }
     if (r.status == RequestStatus::Failed) {
       ++s.failed;
       ++s.failed_by_reason[std::string(to_string(r.fail_reason))];
@@ -172,6 +182,9 @@ Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload
   s.has_slo = w.slo.any();
   s.slo_ttft_ms = w.slo.ttft_ms;
   s.slo_tpot_ms = w.slo.tpot_ms;
+  s.prefix_enabled = w.engine.enable_prefix_caching;
+  s.prefix_hit_rate = s.prefix_queried_tokens ? double(s.prefix_hit_tokens) / double(s.prefix_queried_tokens) : 0.0;
+  s.prefix_block_hit_rate = s.prefix_queried_blocks ? double(s.prefix_hit_blocks) / double(s.prefix_queried_blocks) : 0.0;
   s.kv_blocks = w.engine.resolved_kv_blocks;
   s.kv_mean_util = busy_time_ > 0 ? kv_used_time_ / busy_time_ : 0.0;
   s.kv_peak_util = kv_peak_;

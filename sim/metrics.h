@@ -60,8 +60,13 @@ struct Summary {
   // tokens (a whole prompt or a chunk): the decodes that waited for a prefill.
   int64_t decode_steps = 0, decode_steps_with_prefill = 0;
   double decode_steps_with_prefill_share = 0;
-  double prefix_hit_rate = 0;
-  int64_t prefix_hit_tokens = 0, prefix_queried_tokens = 0;
+  // Prefix cache (stage 3): one query per admitted request; hit rate by prompt tokens and by
+  // full prompt blocks; evictions = cached blocks whose hash was dropped to make room.
+  bool prefix_enabled = false;
+  double prefix_hit_rate = 0, prefix_block_hit_rate = 0;
+  int64_t prefix_queries = 0, prefix_hits = 0;
+  int64_t prefix_hit_tokens = 0, prefix_queried_tokens = 0, prefix_hit_blocks = 0, prefix_queried_blocks = 0;
+  int64_t prefix_evictions = 0;
   double kv_mean_util = 0, kv_peak_util = 0;  // time-weighted mean and peak of blocks in use
   int64_t kv_blocks = 0;
   bool has_slo = false;

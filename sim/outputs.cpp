@@ -63,9 +63,19 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
   j["engine"] = {{"enable_chunked_prefill", w.engine.enable_chunked_prefill},
                  {"max_num_batched_tokens", w.engine.max_num_batched_tokens},
                  {"max_num_partial_prefills", w.engine.max_num_partial_prefills},
-                 {"max_num_seqs", w.engine.max_num_seqs}};
-  j["prefix_cache"] = {{"hit_rate", s.prefix_hit_rate}, {"hit_tokens", s.prefix_hit_tokens},
-                       {"queried_tokens", s.prefix_queried_tokens}};
+                 {"max_num_seqs", w.engine.max_num_seqs},
+                 {"enable_prefix_caching", w.engine.enable_prefix_caching},
+                 {"block_size", w.engine.block_size}};
+  j["prefix_cache"] = {{"enabled", s.prefix_enabled},
+                       {"hit_rate", s.prefix_hit_rate},
+                       {"block_hit_rate", s.prefix_block_hit_rate},
+                       {"hit_tokens", s.prefix_hit_tokens},
+                       {"queried_tokens", s.prefix_queried_tokens},
+                       {"hit_blocks", s.prefix_hit_blocks},
+                       {"queried_blocks", s.prefix_queried_blocks},
+                       {"queries", s.prefix_queries},
+                       {"hits", s.prefix_hits},
+                       {"evictions", s.prefix_evictions}};
   j["kv_cache"] = {{"blocks", s.kv_blocks}, {"block_size", w.engine.block_size},
                    {"mean_util", s.kv_mean_util}, {"peak_util", s.kv_peak_util}};
   if (s.has_slo)
@@ -103,6 +113,11 @@ void print_summary(std::ostream& os, const Summary& s) {
              100 * s.kv_mean_util, 100 * s.kv_peak_util, s.jitter_ms);
   fmt::print(os, "decode steps {}: {:.1f}% also carried prefill tokens\n", s.decode_steps,
              100 * s.decode_steps_with_prefill_share);
+  if (s.prefix_enabled)
+    fmt::print(os, "prefix cache: hit rate {:.1f}% of prompt tokens ({:.1f}% of full blocks), {} of {} requests hit, {} evictions\n",
+               100 * s.prefix_hit_rate, 100 * s.prefix_block_hit_rate, s.prefix_hits, s.prefix_queries, s.prefix_evictions);
+  else
+    fmt::print(os, "prefix cache: off\n");
   fmt::print(os, "steps {}  simulated {:.3f} s  wall {:.3f} s  peak RSS {:.0f} MB\n", s.steps, s.sim_s, s.wall_s,
              double(s.peak_rss_kb) / 1024.0);
 }
@@ -440,7 +455,7 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
   File req;
   bool req_ok = req.open(dir_ + "/requests.csv");
   req.append("id,arrival_s,first_token_s,finish_s,prompt_len,output_len,status,max_output,fail_reason,first_scheduled_s,"
-             "ttft_ms,tpot_ms,e2e_ms,itl_max_ms,prefix_group,output_tokens\n");
+             "ttft_ms,tpot_ms,e2e_ms,itl_max_ms,prefix_group,cached_tokens,output_tokens\n");
   auto seconds_or_empty = [](char* p, Time t) {
     if (t != kNever) p = put_scaled<9>(p, t, to_seconds(t));
     *p++ = ',';
@@ -468,6 +483,8 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
     p = put_scaled<6>(p, r.itl_max, to_ms(r.itl_max));
     *p++ = ',';
     p = put_int(p, r.prefix_group);
+    *p++ = ',';
+    p = put_int(p, r.num_cached_tokens);
     *p++ = ',';
     req.commit(p);
     if (!outs.empty()) {  // real backends: the output token ids, space-separated

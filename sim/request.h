@@ -67,6 +67,7 @@ struct Request {
   // --- progress (scheduler) ---
   int32_t num_computed = 0;  // tokens whose KV is in the cache
   int32_t generated = 0;     // output tokens sampled so far
+  int32_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache at admission
   RequestStatus status = RequestStatus::Pending;
   FailReason fail_reason = FailReason::None;
 

@@ -117,7 +117,13 @@ void assign_prefix_groups(const Workload& w, RequestSet& set) {
   for (Request& r : set.requests) {
     if (rng.uniform() >= sp.fraction) continue;
     r.prefix_group = static_cast<int32_t>(rng.uniform_int(0, sp.groups - 1));
-    r.prefix_len = std::min(group_len[static_cast<size_t>(r.prefix_group)], r.prompt_len);
+    const int32_t g = group_len[static_cast<size_t>(r.prefix_group)];
+    if (sp.prepend) {  // clamped, never wrapped: such a request fails at arrival (exceeds_max_model_len)
+      r.prompt_len = static_cast<int32_t>(std::min<int64_t>(int64_t{g} + r.prompt_len, INT32_MAX));
+      r.prefix_len = g;
+    } else {
+      r.prefix_len = std::min(g, r.prompt_len);
+    }
   }
 }
 
@@ -155,21 +161,53 @@ RequestSet generate_requests(const Workload& w) {
 }
 
 Token PromptTokens::at(const Request& r, int32_t pos) const {
-  uint64_t h;
+  Token t;
+  fill(r, pos, 1, &t);
+  return t;
+}
+
+// Three sources, in this precedence: a Mooncake hash id's block (ids repeat across requests:
+// equal ids, equal tokens), a shared-prefix group's leading tokens, the request's own tokens.
+// Token = mix(key ^ mix(offset)) % vocab, where the key names the source and only the offset
+// changes along a run.
+void PromptTokens::describe(const Request& r, int32_t start, int32_t count, std::vector<Run>& out) const {
+  out.clear();
+  const int32_t end = start + count;
   const int32_t hb = set_.hash_block_size;
-  if (hb > 0 && uint32_t(pos / hb) < r.hash_ids_count) {
-    h = hash_combine(hash_combine(seed_ ^ 0x6d6f6f6eULL, uint64_t(set_.hash_ids[r.hash_ids_begin + uint32_t(pos / hb)])), uint64_t(pos % hb));
-  } else if (r.prefix_group >= 0 && pos < r.prefix_len) {
-    h = hash_combine(hash_combine(seed_ ^ 0x67726f7570ULL, uint64_t(r.prefix_group)), uint64_t(pos));
-  } else {
-    h = hash_combine(hash_combine(seed_ ^ 0x72657175ULL, uint64_t(r.id)), uint64_t(pos));
+  const int64_t hashed_end = hb > 0 ? int64_t(r.hash_ids_count) * hb : 0;
+  int32_t pos = start;
+  while (pos < end) {
+    uint64_t key;
+    int32_t run_end, offset0;
+    if (pos < hashed_end) {
+      const int32_t k = pos / hb;
+      key = hash_combine(seed_ ^ 0x6d6f6f6eULL, uint64_t(set_.hash_ids[r.hash_ids_begin + uint32_t(k)]));
+      run_end = static_cast<int32_t>(std::min<int64_t>(end, int64_t(k + 1) * hb));
+      offset0 = k * hb;  // the offset is the position within the hash id's block
+    } else if (r.prefix_group >= 0 && pos < r.prefix_len) {
+      key = hash_combine(seed_ ^ 0x67726f7570ULL, uint64_t(r.prefix_group));
+      run_end = std::min(end, r.prefix_len);
+      offset0 = 0;
+    } else {
+      key = hash_combine(seed_ ^ 0x72657175ULL, uint64_t(r.id));
+      run_end = end;
+      offset0 = 0;
+    }
+    out.push_back({key, pos - offset0, run_end - pos});
+    pos = run_end;
   }
-  return static_cast<Token>(h % uint64_t(vocab_));
+}
+
+void PromptTokens::fill(const Request& r, int32_t start, int32_t count, Token* out) const {
+  thread_local std::vector<Run> runs;
+  describe(r, start, count, runs);
+  for (const Run& run : runs)
+    for (int32_t o = run.first; o < run.first + run.length; ++o) *out++ = reduce(mix64(run.key ^ mix64(uint64_t(o))));
 }
 
 void PromptTokens::fill(const Request& r, std::vector<Token>& out) const {
   out.resize(static_cast<size_t>(r.prompt_len));
-  for (int32_t i = 0; i < r.prompt_len; ++i) out[static_cast<size_t>(i)] = at(r, i);
+  fill(r, 0, r.prompt_len, out.data());
 }
 
 }  // namespace tandem

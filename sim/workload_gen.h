@@ -22,13 +22,42 @@ RequestSet generate_requests(const Workload& w);
 // leading ids, and equal Mooncake hash ids map to identical blocks of ids.
 class PromptTokens {
  public:
-  PromptTokens(uint64_t seed, int32_t vocab, const RequestSet& set) : seed_(seed), vocab_(vocab), set_(set) {}
+  PromptTokens(uint64_t seed, int32_t vocab, const RequestSet& set)
+      : seed_(seed), vocab_(vocab), vocab_inverse_(vocab > 0 ? ~uint64_t{0} / uint64_t(vocab) : 0), set_(set) {}
   Token at(const Request& r, int32_t pos) const;
   void fill(const Request& r, std::vector<Token>& out) const;
+  // Tokens [start, start + count) of r's prompt into out: the same ids as at(), made a run at a
+  // time (one source per run, its part of the hash hoisted, no division), because prefix caching
+  // hashes every prompt token of a replay on arrival.
+  void fill(const Request& r, int32_t start, int32_t count, Token* out) const;
+
+  // What decides the ids of [start, start + count): one (key, first offset, length) triple per
+  // run of one source, where the run's ids are mix(key ^ mix(offset)) % vocab for offsets
+  // first .. first + length - 1. Equal descriptions give equal ids (for one vocab), so prefix
+  // caching hashes these, a few words per block, instead of every token id (a replay of the
+  // Azure conv hour has 22M prompt ids; its blocks have 1.4M descriptions).
+  struct Run {
+    uint64_t key;
+    int32_t first, length;
+  };
+  void describe(const Request& r, int32_t start, int32_t count, std::vector<Run>& out) const;
 
  private:
+  // h % vocab_ for any 64-bit h, exactly: q from a 128-bit multiply by floor(2^64 / vocab)
+  // undershoots the quotient by at most 2, which the loop corrects.
+  Token reduce(uint64_t h) const {
+    __extension__ typedef unsigned __int128 u128;  // GCC and Clang; -Wpedantic would refuse it bare
+    const auto q = static_cast<uint64_t>((static_cast<u128>(h) * vocab_inverse_) >> 64);
+    const auto v = static_cast<uint64_t>(vocab_);
+    uint64_t r = h - q * v;
+    r -= v & (0 - uint64_t(r >= v));  // branch-free: the corrections are data-dependent coin flips
+    r -= v & (0 - uint64_t(r >= v));
+    return static_cast<Token>(r);
+  }
+
   uint64_t seed_;
   int32_t vocab_;
+  uint64_t vocab_inverse_;
   const RequestSet& set_;
 };
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sim/config.h"
+#include "sim/rng.h"
 #include "sim/traces.h"
 #include "sim/workload_gen.h"
 #include "tests/test_helpers.h"
@@ -318,4 +319,97 @@ TEST_CASE("chunked prefill knobs: defaults, the resolved YAML round trip, and ba
   CHECK(parse_workload("model: llama3.1-8b\nhardware: h200\nrequests: {count: 1, arrival: {process: burst}, prompt_len: 100000, "
                        "output_len: 10}\n", "w.yaml")
             .model.max_model_len == 131072);
+}
+
+TEST_CASE("prefix caching knobs: on by default, the resolved YAML round trip, bad values naming the field") {
+  Workload w = parse_workload(kBase, "w.yaml");
+  CHECK(w.engine.enable_prefix_caching);  // on by default, as in vLLM v1
+  CHECK(w.engine.block_size == 16);
+  Workload off = parse_workload(kBase, "w.yaml", {{"engine.enable_prefix_caching", "false"}, {"engine.block_size", "32"}});
+  CHECK_FALSE(off.engine.enable_prefix_caching);
+  const Workload back = parse_workload(to_yaml(off), "resolved.yaml");
+  CHECK_FALSE(back.engine.enable_prefix_caching);
+  CHECK(back.engine.block_size == 32);
+  std::string e = error_of(kBase, {{"engine.enable_prefix_caching", "sometimes"}});
+  CHECK_MESSAGE(e.find("engine.enable_prefix_caching") != std::string::npos, e);
+  e = error_of(std::string(kBase) + "engine:\n  enable_prefix_caching: 1.5\n");
+  CHECK_MESSAGE(e.find("w.yaml:10:") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("'engine.enable_prefix_caching'") != std::string::npos, e);
+  for (const char* bad : {"0", "-16", "1.5", "big", "70000"}) {
+    e = error_of(kBase, {{"engine.block_size", bad}});
+    CHECK_MESSAGE(e.find("engine.block_size") != std::string::npos, bad, ": ", e);
+  }
+  // shared_prefix.prepend puts the group prefix before the drawn prompt: prompt = prefix + drawn.
+  const Workload p = parse_workload(std::string(kBase) + "  shared_prefix: {groups: 2, prefix_len: 64, prepend: true}\n", "w.yaml");
+  CHECK(p.requests.shared_prefix.prepend);
+  const RequestSet set = generate_requests(p);
+  for (const Request& r : set.requests) {
+    REQUIRE(r.prefix_group >= 0);
+    CHECK(r.prefix_len == 64);
+    CHECK(r.prompt_len == 164);
+  }
+  CHECK(parse_workload(to_yaml(p), "resolved.yaml").requests.shared_prefix.prepend);
+  e = error_of(std::string(kBase) + "  shared_prefix: {groups: 2, prefix_len: 64, prepend: often}\n");
+  CHECK_MESSAGE(e.find("'requests.shared_prefix.prepend'") != std::string::npos, e);
+  e = error_of("seed: 1\nmodel: llama3-8b\nhardware: h200\nrequests:\n  trace: {format: mooncake, path: \"" +
+               tandem::testing::source_path("traces/mooncake_sample.jsonl") + "\"}\n  shared_prefix: {groups: 1, prefix_len: 8, prepend: true}\n");
+  CHECK_MESSAGE(e.find("'requests.shared_prefix.prepend'") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("mooncake") != std::string::npos, e);
+}
+
+// PromptTokens makes ids a run at a time (hoisted hash, no division) for prefix caching's
+// hashing; every id must still be the documented formula: mix(mix(seed ^ source, key) ^ mix(offset)) % vocab.
+TEST_CASE("prompt token ids: the run-at-a-time fill equals the per-position formula for every source") {
+  RequestSet set;
+  set.hash_block_size = 8;
+  set.hash_ids = {11, 12, 99, 11};
+  Request a;  // two Mooncake hash ids, then its own tokens
+  a.id = 0;
+  a.prompt_len = 40;
+  a.hash_ids_begin = 0;
+  a.hash_ids_count = 2;
+  Request b = a;  // a shared-prefix group member
+  b.id = 1;
+  b.hash_ids_count = 0;
+  b.prefix_group = 3;
+  b.prefix_len = 21;
+  Request c = a;  // hash ids first, a group after them
+  c.id = 2;
+  c.hash_ids_begin = 2;
+  c.hash_ids_count = 2;
+  c.prefix_group = 1;
+  c.prefix_len = 30;
+  set.requests = {a, b, c};
+  for (int32_t vocab : {1, 7, 4096, 128256, 2147483647}) {
+    const uint64_t seed = 12345;
+    PromptTokens tok(seed, vocab, set);
+    for (const Request& r : set.requests) {
+      std::vector<Token> whole;
+      tok.fill(r, whole);
+      for (int32_t pos = 0; pos < r.prompt_len; ++pos) {
+        uint64_t h;
+        if (pos / 8 < int32_t(r.hash_ids_count))
+          h = hash_combine(hash_combine(seed ^ 0x6d6f6f6eULL, uint64_t(set.hash_ids[r.hash_ids_begin + uint32_t(pos / 8)])), uint64_t(pos % 8));
+        else if (r.prefix_group >= 0 && pos < r.prefix_len)
+          h = hash_combine(hash_combine(seed ^ 0x67726f7570ULL, uint64_t(r.prefix_group)), uint64_t(pos));
+        else
+          h = hash_combine(hash_combine(seed ^ 0x72657175ULL, uint64_t(r.id)), uint64_t(pos));
+        const auto want = static_cast<Token>(h % uint64_t(vocab));
+        REQUIRE(tok.at(r, pos) == want);
+        REQUIRE(whole[size_t(pos)] == want);
+      }
+      // Any window gives the same ids as the whole prompt.
+      for (int32_t s0 = 0; s0 < r.prompt_len; s0 += 5) {
+        const int32_t n = std::min(13, r.prompt_len - s0);
+        std::vector<Token> part(static_cast<size_t>(n), 0);
+        tok.fill(r, s0, n, part.data());
+        CHECK(std::equal(part.begin(), part.end(), whole.begin() + s0));
+      }
+    }
+    // Equal hash ids at the same offsets give equal ids (the Mooncake sharing rule).
+    std::vector<Token> ta, tc;
+    tok.fill(set.requests[0], ta);
+    tok.fill(set.requests[2], tc);
+    CHECK(std::equal(ta.begin(), ta.begin() + 8, tc.begin() + 8));
+  }
 }

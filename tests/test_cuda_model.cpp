@@ -242,8 +242,10 @@ const Override kNoChunking{"engine.enable_chunked_prefill", "false"};
 
 std::vector<std::vector<Token>> golden_on_gpu(const std::vector<Override>& overrides, bool graphs,
                                               cuda::CudaModelStats* stats = nullptr,
-                                              cuda::AttentionKernel kernel = cuda::AttentionKernel::Simt) {
-  Workload w = load_workload(testing::source_path("workloads/golden_small.yaml"), overrides);
+                                              cuda::AttentionKernel kernel = cuda::AttentionKernel::Simt,
+                                              const std::string& workload = "workloads/golden_small.yaml",
+                                              Summary* summary = nullptr) {
+  Workload w = load_workload(testing::source_path(workload), overrides);
   cuda::CudaModelOptions o = opts(true, 1, false, kernel);
   o.cuda_graph = graphs;
   o.max_step_tokens = w.engine.max_num_batched_tokens;
@@ -252,10 +254,11 @@ std::vector<std::vector<Token>> golden_on_gpu(const std::vector<Override>& overr
   ModelExecutor exec(model);
   VirtualClock clock;
   Engine e(w, generate_requests(w), exec, clock);
-  e.run();
+  const Summary s = e.run();
   for (const Request& r : e.requests())
     REQUIRE_MESSAGE(r.status == RequestStatus::Finished, "request ", r.id, " ended ", to_string(r.status));
   if (stats) *stats = model.stats();
+  if (summary) *summary = s;
   return e.outputs();
 }
 }  // namespace
@@ -307,6 +310,49 @@ TEST_CASE("golden on the GPU (stage 2): chunked prefill on vs off, budgets 16, 6
                 st.graph_replays, " replays");
         if (graphs) CHECK_MESSAGE(st.graph_replays > 0, "budget ", budget, ": no step replayed a graph");
       }
+  }
+}
+
+// Stage 3 (workloads/golden_prefix.yaml: shared 200- and 240-token prefixes, prompts sharing
+// all but their last token, prompts that are prefixes of each other, identical prompts): caching
+// on, unchunked and chunked at 16, 61 and 512, graphs off and on, and a 40-block cache that
+// evicts, against caching off. A hit that leaves one prompt token to compute is a decode-shaped
+// step, so it also replays a graph over blocks another request wrote. The executor reports
+// 1 us per step, so at the file's 60 requests/s every request would run alone: 300,000/s
+// batches them (about 4 sequences a step, up to 9), as the CPU's measured steps do.
+TEST_CASE("golden on the GPU (stage 3): prefix caching on vs off, chunked and not, CUDA Graphs on and off (each attention kernel)") {
+  const std::string wl = "workloads/golden_prefix.yaml";
+  const Override caching_on{"engine.enable_prefix_caching", "true"}, rate{"requests.arrival.rate", "300000"};
+  for (const auto kernel : kAttentionKernels) {
+    CAPTURE(name(kernel));
+    const auto base = golden_on_gpu({rate, kNoChunking, {"engine.enable_prefix_caching", "false"}}, false, nullptr, kernel, wl);
+    struct Run {
+      std::string label;
+      std::vector<Override> overrides;
+      bool graphs, evicts;
+    };
+    std::vector<Run> runs;
+    for (const std::string budget : {"unchunked", "16", "61", "512"})
+      for (const bool graphs : {false, true}) {
+        std::vector<Override> o = {rate, caching_on, kNoChunking};
+        if (budget != "unchunked") o = {rate, caching_on, {"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", budget}};
+        runs.push_back({budget == "unchunked" ? budget : "chunked at " + budget, o, graphs, false});
+      }
+    runs.push_back({"chunked at 61, 40 KV blocks",
+                    {rate, caching_on, {"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", "61"}, {"engine.num_kv_blocks", "40"}},
+                    true, true});
+    for (const Run& run : runs) {
+      cuda::CudaModelStats st;
+      Summary s;
+      const auto out = golden_on_gpu(run.overrides, run.graphs, &st, kernel, wl, &s);
+      CHECK_MESSAGE(out == base, run.label, ", graphs ", run.graphs, ": outputs differ from the baseline (caching off, unchunked)");
+      MESSAGE(name(kernel), ", stage 3, caching on, ", run.label, ", graphs ", run.graphs, ": ", s.prefix_hit_tokens, " of ",
+              s.prefix_queried_tokens, " prompt tokens hit, ", s.prefix_evictions, " evictions, ", st.eager_steps, " eager steps, ",
+              st.graph_replays, " replays");
+      CHECK_MESSAGE(s.prefix_hit_tokens > 0, run.label, ": no prefix hit");
+      if (run.evicts) CHECK_MESSAGE(s.prefix_evictions > 0, run.label, ": no cached block was evicted");
+      if (run.graphs) CHECK_MESSAGE(st.graph_replays > 0, run.label, ": no step replayed a graph");
+    }
   }
 }
 

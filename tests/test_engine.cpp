@@ -65,6 +65,36 @@ requests:
                      rng.uniform_int(1, 400), arrivals[rng.uniform_int(0, 3)], rng.uniform_int(10, 800), rng.uniform_int(1, 300),
                      rng.uniform() * 0.3);
 }
+
+// Stage 3: shared-prefix groups (a leading part of the drawn prompt, or a system prompt put
+// before it), caching on, caches a few lifetimes small so that cached blocks are evicted.
+std::string random_prefix_workload(uint64_t seed) {
+  Rng rng(seed);
+  const int64_t block = std::vector<int64_t>{4, 8, 16, 32}[size_t(rng.uniform_int(0, 3))];
+  const int64_t prefix_max = rng.uniform_int(16, 1500), median = rng.uniform_int(10, 400), out_max = rng.uniform_int(1, 200);
+  const int64_t typical_blocks = (prefix_max + median + out_max) / block + 1;
+  const char* arrivals[] = {"{process: poisson, rate: 40}", "{process: gamma, rate: 20, cv: 4}", "{process: burst}",
+                            "{process: constant, rate: 80}"};
+  return fmt::format(R"(seed: {}
+model: {{layers: 4, hidden: 512, heads: 8, kv_heads: 2, ffn: 1024, vocab: 1000, max_model_len: {}}}
+hardware: {{peak_tflops: {}, mem_bandwidth_tbs: {}, step_overhead_us: 50, memory_gb: 10}}
+engine: {{policy: {}, max_num_seqs: {}, max_num_batched_tokens: {}, block_size: {}, num_kv_blocks: {}{}, enable_chunked_prefill: {}, max_num_partial_prefills: {}, enable_prefix_caching: true}}
+requests:
+  count: {}
+  arrival: {}
+  prompt_len: {{dist: lognormal, median: {}, sigma: 1, min: 1, max: 2000}}
+  output_len: {{dist: uniform, min: 1, max: {}}}
+  shared_prefix: {{groups: {}, prefix_len: {{dist: uniform, min: 1, max: {}}}, fraction: {}, prepend: {}}}
+  cancel: {{fraction: {}, after_s: {{dist: uniform, min: 0, max: 0.5}}}}
+)",
+                     seed, rng.uniform_int(500, 6000), rng.uniform() < 0.5 ? 100.0 : 0.1, rng.uniform() < 0.5 ? 1.0 : 0.01,
+                     rng.uniform() < 0.2 ? "static" : "continuous", rng.uniform_int(1, 48), rng.uniform_int(block, 2048), block,
+                     rng.uniform_int(typical_blocks, 6 * typical_blocks),
+                     rng.uniform() < 0.1 ? fmt::format(", state_slots: {}", rng.uniform_int(1, 8)) : "",
+                     rng.uniform() < 0.7 ? "true" : "false", rng.uniform_int(1, 3), rng.uniform_int(20, 250),
+                     arrivals[rng.uniform_int(0, 3)], median, out_max, rng.uniform_int(1, 6), prefix_max,
+                     0.5 + 0.5 * rng.uniform(), rng.uniform() < 0.5 ? "true" : "false", rng.uniform() * 0.3);
+}
 }  // namespace
 
 TEST_CASE("events pop by time, then by posting order") {
@@ -121,6 +151,61 @@ TEST_CASE("property: 300 random workloads, chunked and not, held + reserved <= c
   CHECK(finished > 0);
   CHECK(failed > 0);
   CHECK(cancelled > 0);
+}
+
+TEST_CASE("property: 300 random shared-prefix workloads with prefix caching, small caches, cancellations: invariants hold, no leak") {
+  int64_t total_steps = 0, finished = 0, failed = 0, cancelled = 0, cancelled_mid_prompt = 0, hit_tokens = 0, hit_requests = 0;
+  int64_t evictions = 0, runs_with_evictions = 0, prepend_runs = 0, cancelled_with_hit = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    const std::string y = random_prefix_workload(seed);
+    INFO(y);
+    Run run(y);
+    REQUIRE(run.w.engine.enable_prefix_caching);
+    InvariantChecker chk;
+    run.engine->add_observer(&chk);
+    Summary s;
+    // Throws if a request is still alive at the end, or if a block is still referenced or
+    // reserved once all requests are gone (the leak check).
+    REQUIRE_NOTHROW(s = run.engine->run());
+    CHECK(s.finished + s.failed + s.cancelled == s.total);
+    CHECK(chk.done == s.total);
+    const int32_t bs = run.w.engine.block_size;
+    int64_t run_hit_tokens = 0;
+    for (const Request& r : run.engine->requests()) {
+      if (r.status == RequestStatus::Finished) CHECK(r.generated == r.max_output);
+      if (r.status == RequestStatus::Failed) CHECK(r.fail_reason != FailReason::None);
+      // A hit is whole blocks, never the whole prompt, and only within the shared prefix: a
+      // block of >= 4 of a request's own random tokens does not collide by chance, but the
+      // block that straddles the prefix's end may (its own tokens there can be as few as one).
+      CHECK(r.num_cached_tokens % bs == 0);
+      CHECK(r.num_cached_tokens <= std::max(0, r.prompt_len - 1));
+      CHECK(r.num_cached_tokens <= (r.prefix_group >= 0 ? (r.prefix_len + bs - 1) / bs * bs : 0));
+      if (r.num_cached_tokens > 0) CHECK(r.first_scheduled != kNever);
+      run_hit_tokens += r.num_cached_tokens;
+      hit_requests += r.num_cached_tokens > 0;
+      cancelled_mid_prompt += r.status == RequestStatus::Cancelled && r.first_scheduled != kNever && r.generated == 0;
+      cancelled_with_hit += r.status == RequestStatus::Cancelled && r.num_cached_tokens > 0;
+    }
+    CHECK(s.prefix_hit_tokens == run_hit_tokens);
+    total_steps += chk.steps;
+    finished += s.finished;
+    failed += s.failed;
+    cancelled += s.cancelled;
+    hit_tokens += s.prefix_hit_tokens;
+    evictions += s.prefix_evictions;
+    runs_with_evictions += s.prefix_evictions > 0;
+    prepend_runs += run.w.requests.shared_prefix.prepend;
+  }
+  MESSAGE(total_steps, " steps; finished ", finished, ", failed ", failed, ", cancelled ", cancelled, " (", cancelled_mid_prompt,
+          " mid-prompt, ", cancelled_with_hit, " after a hit); ", hit_requests, " requests hit, ", hit_tokens, " hit tokens; ",
+          evictions, " evictions in ", runs_with_evictions, " runs; ", prepend_runs, " runs with prepended prefixes");
+  CHECK(hit_requests > 1000);
+  CHECK(runs_with_evictions > 60);
+  CHECK(cancelled_mid_prompt > 0);
+  CHECK(cancelled_with_hit > 0);
+  CHECK(finished > 0);
+  CHECK(prepend_runs > 60);
+  CHECK(prepend_runs < 240);
 }
 
 TEST_CASE("the same seed gives byte-identical outputs") {

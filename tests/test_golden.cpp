@@ -131,6 +131,86 @@ TEST_CASE("golden (stage 2): chunked prefill on vs off, budgets 16, 61, 512, 409
   }
 }
 
+// Stage 3. The baseline computes every prompt whole with prefix caching off; the runs with
+// caching on take cached leading blocks instead (unchunked, and chunked at 16, 61 and 512),
+// once with a KV cache so small that cached blocks are evicted mid-run. The workload
+// (workloads/golden_prefix.yaml) has groups sharing 200- and 240-token prefixes, prompts
+// sharing all but their last token, prompts that are prefixes of each other, identical
+// prompts, and prompts of no group. Every run with caching on must have hit (and the small
+// cache evicted), else the test would prove nothing.
+namespace {
+struct PrefixRun {
+  std::vector<std::vector<Token>> outputs;
+  Summary summary;
+  int64_t last_token_only = 0;  // requests whose hit left only the last prompt token to compute
+  int64_t inside_prefix = 0;    // hits of a prompt no longer than its group's prefix (identical, or a prefix of another)
+};
+
+PrefixRun golden_prefix(const std::string& wl, const std::vector<Override>& o) {
+  Workload w = load_workload(wl, o);
+  auto exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
+                                     w.engine.deterministic, w.engine.tp);
+  VirtualClock clock;
+  Engine e(w, generate_requests(w), *exec, clock);
+  PrefixRun run;
+  run.summary = e.run();
+  for (const Request& r : e.requests()) {
+    REQUIRE_MESSAGE(r.status == RequestStatus::Finished, "request ", r.id, " ended ", to_string(r.status));
+    REQUIRE(int32_t(e.outputs()[size_t(r.id)].size()) == r.max_output);
+    run.last_token_only += r.num_cached_tokens > 0 && r.num_cached_tokens == r.prompt_len - 1;
+    run.inside_prefix += r.num_cached_tokens > 0 && r.prefix_group >= 0 && r.prefix_len == r.prompt_len;
+  }
+  run.outputs = e.outputs();
+  return run;
+}
+}  // namespace
+
+TEST_CASE("golden (stage 3): prefix caching on vs off, unchunked and chunked at 16, 61, 512, a cache that evicts, at TP 1, 2 and 4") {
+  const std::string wl = source_path("workloads/golden_prefix.yaml");
+  const Override caching_off{"engine.enable_prefix_caching", "false"}, caching_on{"engine.enable_prefix_caching", "true"};
+  const auto chunked = [](const std::string& budget) {
+    return std::vector<Override>{{"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", budget}};
+  };
+  struct Case {
+    std::string label;
+    std::vector<Override> overrides;
+    bool evicts;
+  };
+  std::vector<Case> cases = {{"unchunked", {kNoChunking}, false},
+                             {"chunked at 16", chunked("16"), false},
+                             {"chunked at 61", chunked("61"), false},
+                             {"chunked at 512", chunked("512"), false}};
+  // 40 blocks of 16 (the longest request needs 33): cached blocks are reused for new KV while
+  // later requests still arrive.
+  cases.push_back({"chunked at 61, 40 KV blocks", chunked("61"), true});
+  cases.back().overrides.push_back({"engine.num_kv_blocks", "40"});
+  for (const std::string tp : {"1", "2", "4"}) {
+    CAPTURE(tp);
+    const PrefixRun base = golden_prefix(wl, {kNoChunking, caching_off, {"engine.tp", tp}});
+    CHECK(base.summary.prefix_hit_tokens == 0);
+    int64_t last_token_only = 0, inside_prefix = 0;
+    for (const Case& c : cases) {
+      std::vector<Override> o = c.overrides;
+      o.push_back(caching_on);
+      o.push_back({"engine.tp", tp});
+      const PrefixRun run = golden_prefix(wl, o);
+      const Summary& s = run.summary;
+      const std::string d = first_divergence(base.outputs, run.outputs);
+      CHECK_MESSAGE(d.empty(), "tp ", tp, ", caching on, ", c.label, ": ", d);
+      MESSAGE("tp ", tp, ", caching on, ", c.label, ": ", s.prefix_hit_tokens, " of ", s.prefix_queried_tokens,
+              " prompt tokens hit (", s.prefix_hits, " of ", s.prefix_queries, " requests; ", run.last_token_only,
+              " computed only their last token, ", run.inside_prefix, " hits inside a group prefix), ",
+              s.prefix_evictions, " evictions");
+      CHECK_MESSAGE(s.prefix_hit_tokens > 0, c.label, ": no prefix hit");
+      if (c.evicts) CHECK_MESSAGE(s.prefix_evictions > 0, c.label, ": no cached block was evicted");
+      last_token_only += run.last_token_only;
+      inside_prefix += run.inside_prefix;
+    }
+    CHECK_MESSAGE(last_token_only > 0, "no run had a prompt hit up to its last token");
+    CHECK_MESSAGE(inside_prefix > 0, "no run had a hit of an identical prompt or a prompt inside a group prefix");
+  }
+}
+
 TEST_CASE("the comparison names the first diverging request and position") {
   CHECK(first_divergence({{1, 2}, {3}}, {{1, 2}, {3}}).empty());
   CHECK(first_divergence({{1, 2}, {3, 4}}, {{1, 2}, {3, 5}}) == "request 1 diverges at output position 1: 4 vs 5");

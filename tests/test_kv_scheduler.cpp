@@ -1,9 +1,12 @@
 // KV reservations at block boundaries and the scheduler's rules, case by case.
 #include <doctest/doctest.h>
 
+#include <stdexcept>
 #include <vector>
 
+#include "policies/block_pool.h"
 #include "policies/scheduler.h"
+#include "sim/rng.h"
 
 using namespace tandem;
 
@@ -24,6 +27,19 @@ int drain(Scheduler& s, Time t0 = 0) {
   int n = 0;
   for (Time t = t0; !s.schedule(t).empty(); ++t, ++n) s.complete_step(t);
   return n;
+}
+BlockHash H(uint64_t i) { return {i * 0x9e3779b97f4a7c15ULL + 1, i}; }
+std::vector<BlockHash> hashes(std::initializer_list<uint64_t> ids) {
+  std::vector<BlockHash> v;
+  for (uint64_t i : ids) v.push_back(H(i));
+  return v;
+}
+std::vector<int32_t> vec(std::span<const int32_t> s) { return {s.begin(), s.end()}; }
+// The pool's free list, read by allocating every free block (destroys the pool's state).
+std::vector<int32_t> drain_free_list(BlockPool& p) {
+  std::vector<int32_t> order;
+  while (p.num_free() > 0) order.push_back(p.allocate());
+  return order;
 }
 }  // namespace
 
@@ -70,15 +86,20 @@ TEST_CASE("release of a partly grown request returns the unused reservation") {
   CHECK(kv.free_blocks() == 8);
 }
 
-TEST_CASE("freed blocks are reused last (FIFO free list)") {
-  KvCache kv(4, 1, -1, 2);
+TEST_CASE("freed blocks (never published) are reused first, in their table's order") {
+  // Stage 3's free list: a block without a hash goes back to the head (its content is worth
+  // nothing), and a table is released last block first, so the head is again its first block.
+  KvCache kv(6, 1, -1, 3);
   kv.admit(0, 2);
   kv.ensure_capacity(0, 2);  // blocks 0, 1
-  kv.release(0);             // free list: 2 3 0 1
-  kv.admit(1, 3);
-  kv.ensure_capacity(1, 3);
-  auto t = kv.block_table(1);
-  CHECK(std::vector<int32_t>(t.begin(), t.end()) == std::vector<int32_t>{2, 3, 0});
+  kv.admit(1, 2);
+  kv.ensure_capacity(1, 2);  // blocks 2, 3; free list: 4 5
+  kv.release(0);             // free list: 0 1 4 5
+  kv.admit(2, 3);
+  kv.ensure_capacity(2, 3);
+  auto t = kv.block_table(2);
+  CHECK(std::vector<int32_t>(t.begin(), t.end()) == std::vector<int32_t>{0, 1, 4});
+  CHECK(kv.evictions() == 0);
 }
 
 TEST_CASE("state slots: admission stops when they run out, release returns one") {
@@ -379,4 +400,373 @@ TEST_CASE("chunked static: the batch still admits only into an empty engine") {
   const StepPlan& q = s.schedule(1);
   REQUIRE(q.seqs.size() == 2);  // decode 0 + last 30 of 1; request 2 does not join
   CHECK(s.num_waiting() == 1);
+}
+
+// ---- stage 3: prefix caching ----
+
+TEST_CASE("block pool: a fresh pool hands out blocks in id order; misuse throws") {
+  BlockPool p(3);
+  CHECK(p.num_free() == 3);
+  CHECK(p.allocate() == 0);
+  CHECK(p.allocate() == 1);
+  CHECK(p.allocate() == 2);
+  CHECK(p.num_free() == 0);
+  CHECK_THROWS_AS(p.allocate(), std::logic_error);
+  for (int32_t b = 0; b < 3; ++b) CHECK(p.ref_count(b) == 1);
+  p.release(1);
+  CHECK(p.ref_count(1) == 0);
+  CHECK_THROWS_AS(p.release(1), std::logic_error);  // not referenced any more
+  CHECK_THROWS_AS(BlockPool(0), std::invalid_argument);
+}
+
+TEST_CASE("block pool: cached blocks are evicted least recently freed first; empty blocks go before any cached one") {
+  BlockPool p(5);
+  for (int32_t b = 0; b < 5; ++b) REQUIRE(p.allocate() == b);
+  for (int32_t b = 0; b < 3; ++b) CHECK(p.publish(b, H(uint64_t(b))));
+  CHECK(p.num_cached() == 3);
+  p.release(2);  // cached: tail     free: 2
+  p.release(0);  // cached: tail     free: 2 0
+  p.release(3);  // empty: head      free: 3 2 0
+  p.release(1);  // cached: tail     free: 3 2 0 1
+  p.release(4);  // empty: head      free: 4 3 2 0 1
+  CHECK(p.num_free() == 5);
+  CHECK(p.num_cached() == 3);  // freed, still findable
+  CHECK(p.find(H(0)) == 0);
+  CHECK(p.num_evictions() == 0);
+  CHECK(p.allocate() == 4);
+  CHECK(p.allocate() == 3);
+  CHECK(p.num_evictions() == 0);  // empty blocks cost no eviction
+  CHECK(p.allocate() == 2);        // the least recently freed cached block
+  CHECK(p.num_evictions() == 1);
+  CHECK(p.find(H(2)) == -1);       // its hash is dropped...
+  CHECK_FALSE(p.is_published(2));
+  CHECK(p.find(H(0)) == 0);        // ... and only its
+  CHECK(p.num_cached() == 2);
+  CHECK(p.allocate() == 0);
+  CHECK(p.allocate() == 1);
+  CHECK(p.num_evictions() == 3);
+  CHECK(p.num_cached() == 0);
+  // An evicted block, reused and released unpublished, goes to the head like any empty block.
+  CHECK(p.publish(0, H(7)));
+  p.release(0);  // cached: free: 0
+  p.release(2);  // empty:  free: 2 0
+  CHECK(p.allocate() == 2);
+  CHECK(p.num_evictions() == 3);
+  CHECK(p.allocate() == 0);
+  CHECK(p.num_evictions() == 4);
+}
+
+TEST_CASE("block pool: touch takes a cached block back from the middle of the free list") {
+  BlockPool p(5);
+  for (int32_t b = 0; b < 5; ++b) REQUIRE(p.allocate() == b);
+  for (int32_t b = 0; b < 5; ++b) CHECK(p.publish(b, H(uint64_t(b))));
+  for (int32_t b = 0; b < 5; ++b) p.release(b);  // free: 0 1 2 3 4
+  CHECK(p.find(H(2)) == 2);
+  p.touch(2);  // a prefix hit on a block nobody held: off the free list, still cached
+  CHECK(p.num_free() == 4);
+  CHECK(p.ref_count(2) == 1);
+  p.touch(2);  // a second user of a held block: nothing moves
+  CHECK(p.num_free() == 4);
+  CHECK(p.ref_count(2) == 2);
+  p.touch(4);  // the tail
+  p.touch(0);  // the head
+  CHECK(p.num_free() == 2);
+  CHECK(drain_free_list(p) == std::vector<int32_t>{1, 3});
+  CHECK(p.num_evictions() == 2);
+  CHECK(p.find(H(2)) == 2);  // never on the list while held: never evicted
+  p.release(2);
+  CHECK(p.num_free() == 0);  // one user left
+  p.release(4);
+  p.release(2);  // now free: 4 2 (the tail, in release order)
+  p.release(0);  //           4 2 0
+  CHECK(p.num_free() == 3);
+  CHECK(drain_free_list(p) == std::vector<int32_t>{4, 2, 0});
+  CHECK(p.num_evictions() == 5);
+  CHECK(p.num_cached() == 0);
+}
+
+TEST_CASE("block pool: publishing a hash twice keeps the first block; the loser stays an empty block") {
+  BlockPool p(4);
+  const int32_t a = p.allocate(), b = p.allocate();
+  CHECK(p.publish(a, H(1)));
+  CHECK_FALSE(p.publish(b, H(1)));  // same prefix computed twice at once: the index keeps the first
+  CHECK(p.find(H(1)) == a);
+  CHECK_FALSE(p.is_published(b));
+  CHECK(p.num_cached() == 1);
+  CHECK_FALSE(p.publish(a, H(2)));  // a block is published once, under one hash
+  CHECK(p.find(H(2)) == -1);
+  p.release(a);  // tail
+  p.release(b);  // unpublished: head, reused before the cached block and the never-used ones
+  CHECK(p.allocate() == b);
+  CHECK(p.allocate() == 2);
+  CHECK(p.allocate() == 3);
+  CHECK(p.num_evictions() == 0);
+  CHECK(p.allocate() == a);
+  CHECK(p.num_evictions() == 1);
+  CHECK(p.find(H(1)) == -1);
+  CHECK(p.publish(b, H(1)));  // the hash is free again
+  CHECK(p.find(H(1)) == b);
+}
+
+TEST_CASE("kv cache: match_prefix is a pure query; it stops at the first miss and at max_blocks") {
+  KvCache kv(8, 4, -1, 3);
+  kv.admit(0, 13);  // 4 blocks
+  kv.ensure_capacity(0, 12);
+  const auto h0 = hashes({10, 11, 12});
+  kv.publish_full_blocks(0, 12, h0);
+  CHECK(kv.cached_blocks() == 3);
+  kv.release(0);  // 0 1 2 cached (tail, last first: 2 1 0), 3 empty (head)
+  const int32_t free0 = kv.free_blocks(), used0 = kv.used_blocks(), cached0 = kv.cached_blocks();
+  PrefixHit hit;
+  hit.blocks = {99};
+  hit.num_free = 7;
+  const auto q = hashes({10, 11, 12, 13});
+  kv.match_prefix(q, 10, hit);
+  CHECK(hit.blocks == std::vector<int32_t>{0, 1, 2});
+  CHECK(hit.num_free == 3);
+  PrefixHit again;
+  kv.match_prefix(q, 10, again);  // nothing moved: the same answer
+  CHECK(again.blocks == hit.blocks);
+  CHECK(kv.free_blocks() == free0);
+  CHECK(kv.used_blocks() == used0);
+  CHECK(kv.cached_blocks() == cached0);
+  for (int32_t b = 0; b < 3; ++b) CHECK(kv.pool().ref_count(b) == 0);
+  kv.match_prefix(q, 2, hit);
+  CHECK(hit.blocks == std::vector<int32_t>{0, 1});
+  kv.match_prefix(q, 0, hit);
+  CHECK(hit.blocks.empty());
+  CHECK(hit.num_free == 0);
+  kv.match_prefix(hashes({10, 99, 12}), 10, hit);  // a miss ends the run, even if later hashes are known
+  CHECK(hit.blocks == std::vector<int32_t>{0});
+  // Held blocks count as hits but not as free ones.
+  kv.admit(1, 9, PrefixHit{{0}, 1});
+  kv.match_prefix(q, 10, hit);
+  CHECK(hit.blocks == std::vector<int32_t>{0, 1, 2});
+  CHECK(hit.num_free == 2);
+  kv.release(1);
+  CHECK(kv.used_blocks() == 0);
+}
+
+TEST_CASE("kv cache: can_admit prices hit blocks that sit on the free list") {
+  KvCache kv(6, 4, -1, 5);
+  kv.admit(0, 8);
+  kv.ensure_capacity(0, 8);  // blocks 0, 1
+  kv.publish_full_blocks(0, 8, hashes({1, 2}));
+  kv.release(0);  // free: 2 3 4 5 1 0 (cached ones at the tail, last block first)
+  CHECK(kv.free_blocks() == 6);
+  CHECK(kv.cached_blocks() == 2);
+  kv.admit(1, 9);  // 3 blocks reserved, none held: headroom 3
+  REQUIRE(kv.headroom() == 3);
+  PrefixHit hit;
+  kv.match_prefix(hashes({1, 2, 3}), 10, hit);
+  REQUIRE(hit.blocks == std::vector<int32_t>{0, 1});
+  REQUIRE(hit.num_free == 2);
+  // 4 blocks of life, 2 of them hits, but both hits leave the free list: 4 - 2 + 2 = 4 > 3.
+  CHECK_FALSE(kv.can_admit(16, hit));
+  CHECK(kv.can_admit(12, hit));  // 3 - 2 + 2 = 3
+  kv.admit(2, 12, hit);
+  CHECK(vec(kv.block_table(2)) == std::vector<int32_t>{0, 1});
+  CHECK(kv.free_blocks() == 4);
+  CHECK(kv.reserved_remaining() == 3 + 1);
+  CHECK(kv.headroom() == 0);
+  CHECK(kv.used_blocks() + kv.reserved_remaining() <= kv.num_blocks());
+  // The same hit again: now held, so free of charge beyond the blocks still to come.
+  kv.match_prefix(hashes({1, 2}), 10, hit);
+  CHECK(hit.num_free == 0);
+  CHECK(kv.can_admit(8, hit));       // 2 - 2 + 0 = 0
+  CHECK_FALSE(kv.can_admit(9, hit));  // 3 - 2 + 0 = 1 > 0
+  kv.admit(3, 8, hit);
+  CHECK(kv.pool().ref_count(0) == 2);
+  CHECK(kv.pool().ref_count(1) == 2);
+  // Growing past the hits takes the head of the free list (empty blocks first) within the reservation.
+  kv.ensure_capacity(2, 12);
+  CHECK(vec(kv.block_table(2)) == std::vector<int32_t>{0, 1, 2});
+  CHECK(kv.headroom() == 0);
+  kv.release(3);
+  kv.release(2);
+  kv.release(1);
+  CHECK(kv.used_blocks() == 0);
+  CHECK(kv.reserved_remaining() == 0);
+  CHECK(kv.cached_blocks() == 2);
+  CHECK(kv.evictions() == 0);
+}
+
+TEST_CASE("kv cache: publish_full_blocks publishes each full prompt block once, in order, up to what is computed") {
+  KvCache kv(10, 4, -1, 2);
+  const auto h = hashes({1, 2, 3});  // a 14-token prompt: 3 full blocks
+  kv.admit(0, 20);
+  kv.ensure_capacity(0, 6);
+  kv.publish_full_blocks(0, 6, h);  // 1 full block computed
+  CHECK(kv.cached_blocks() == 1);
+  CHECK(kv.pool().find(H(1)) == 0);
+  kv.ensure_capacity(0, 14);
+  kv.publish_full_blocks(0, 8, h);  // the table reaches further; only what is computed counts
+  CHECK(kv.cached_blocks() == 2);
+  kv.publish_full_blocks(0, 14, h);
+  CHECK(kv.cached_blocks() == 3);
+  kv.ensure_capacity(0, 20);
+  kv.publish_full_blocks(0, 20, h);  // past the prompt: no hash, nothing more
+  CHECK(kv.cached_blocks() == 3);
+  CHECK_FALSE(kv.pool().is_published(3));
+  // A second request that computed the same blocks itself (no hit): the first one wins.
+  kv.admit(1, 8);
+  kv.ensure_capacity(1, 8);
+  kv.publish_full_blocks(1, 8, h);
+  CHECK(kv.cached_blocks() == 3);
+  CHECK(kv.pool().find(H(1)) == 0);
+  CHECK_FALSE(kv.pool().is_published(kv.block_table(1)[0]));
+  kv.release(1);
+  kv.release(0);
+  CHECK(kv.used_blocks() == 0);
+}
+
+TEST_CASE("kv cache: random admit / grow / publish / release keep held + reserved <= capacity and leak nothing") {
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    Rng rng(seed);
+    const int32_t n = int32_t(rng.uniform_int(2, 24)), bs = int32_t(rng.uniform_int(1, 4));
+    KvCache kv(n, bs, -1, 64);
+    std::vector<int64_t> life(64, 0), grown(64, 0);
+    std::vector<std::vector<BlockHash>> hs(64);
+    std::vector<ReqId> live;
+    ReqId next = 0;
+    for (int op = 0; op < 300; ++op) {
+      const double u = rng.uniform();
+      if (u < 0.35 && next < 64) {
+        const ReqId id = next++;
+        const uint64_t group = uint64_t(rng.uniform_int(0, 2));
+        const int64_t prompt = rng.uniform_int(1, n * bs);
+        for (int64_t b = 0; b < prompt / bs; ++b) hs[size_t(id)].push_back(H(group * 1000 + uint64_t(b)));
+        PrefixHit hit;
+        kv.match_prefix(hs[size_t(id)], int32_t((prompt - 1) / bs), hit);
+        const int64_t lifetime = prompt + rng.uniform_int(1, 8);
+        if (!kv.can_admit(lifetime, hit)) continue;
+        kv.admit(id, lifetime, hit);
+        life[size_t(id)] = lifetime;
+        grown[size_t(id)] = int64_t(hit.blocks.size()) * bs;
+        live.push_back(id);
+      } else if (u < 0.8 && !live.empty()) {
+        const ReqId id = live[size_t(rng.uniform_int(0, int64_t(live.size()) - 1))];
+        auto& g = grown[size_t(id)];
+        g = std::min(life[size_t(id)], g + rng.uniform_int(1, 2 * bs));
+        kv.ensure_capacity(id, g);
+        kv.publish_full_blocks(id, g, hs[size_t(id)]);
+      } else if (!live.empty()) {
+        const size_t k = size_t(rng.uniform_int(0, int64_t(live.size()) - 1));
+        kv.release(live[k]);
+        live.erase(live.begin() + int64_t(k));
+      }
+      REQUIRE(kv.headroom() >= 0);
+      REQUIRE(kv.used_blocks() + kv.reserved_remaining() <= kv.num_blocks());
+      int32_t reserved = 0;
+      for (ReqId id : live) reserved += kv.reserved_blocks(id) - int32_t(kv.block_table(id).size());
+      REQUIRE(kv.reserved_remaining() == reserved);
+    }
+    for (ReqId id : live) kv.release(id);
+    CHECK(kv.used_blocks() == 0);
+    CHECK(kv.reserved_remaining() == 0);
+    CHECK(kv.free_blocks() == n);
+  }
+}
+
+TEST_CASE("prefix caching: a later request takes the computed prefix; the last prompt token is always computed") {
+  // Block size 4. Request 0: 12 tokens (3 full blocks). 1: the same 12 tokens. 2: those 12 and one more.
+  // 3: the first 8 and 4 of its own.
+  auto reqs = make({{12, 2}, {12, 2}, {13, 2}, {12, 2}});
+  const std::vector<std::vector<BlockHash>> h = {hashes({1, 2, 3}), hashes({1, 2, 3}), hashes({1, 2, 3}), hashes({1, 2, 9})};
+  KvCache kv(40, 4, -1, 4);
+  Scheduler s({BatchingPolicy::Continuous, 8, 100, 1 << 20, true, 1, true}, reqs, kv);
+  REQUIRE(s.add_request(0, 0, h[0]));
+  const StepPlan& p0 = s.schedule(0);
+  REQUIRE(p0.seqs.size() == 1);
+  CHECK(kv.cached_blocks() == 0);  // published when the step is done, not when planned
+  s.complete_step(1);
+  CHECK(kv.cached_blocks() == 3);
+  for (ReqId i = 1; i < 4; ++i) REQUIRE(s.add_request(i, 1, h[size_t(i)]));
+  const StepPlan& p1 = s.schedule(1);
+  REQUIRE(p1.seqs.size() == 4);
+  // 1: whole prompt cached, but (12 - 1) / 4 = 2 blocks at most: the last block is recomputed.
+  CHECK(p1.seqs[1].id == 1);
+  CHECK(reqs[1].num_cached_tokens == 8);
+  CHECK(p1.seqs[1].num_computed_before == 8);
+  CHECK(p1.seqs[1].num_tokens == 4);
+  CHECK(p1.seqs[1].samples);
+  CHECK(vec(p1.seqs[1].block_table).size() == 3);
+  CHECK(p1.seqs[1].block_table[0] == 0);
+  CHECK(p1.seqs[1].block_table[1] == 1);
+  CHECK(p1.seqs[1].block_table[2] != 2);  // a new block for the recomputed one
+  // 2: (13 - 1) / 4 = 3 blocks: one token left to compute.
+  CHECK(reqs[2].num_cached_tokens == 12);
+  CHECK(p1.seqs[2].num_tokens == 1);
+  CHECK(vec(p1.seqs[2].block_table).size() == 4);
+  // 3: shares two blocks.
+  CHECK(reqs[3].num_cached_tokens == 8);
+  CHECK(p1.seqs[3].num_tokens == 4);
+  CHECK(p1.num_tokens == 1 + 4 + 1 + 4);
+  CHECK(kv.pool().ref_count(0) == 4);
+  CHECK(kv.pool().ref_count(2) == 2);
+  s.complete_step(2);
+  // 1's recomputed last block has the hash 0's block 2 already holds: it stays unpublished.
+  CHECK(kv.cached_blocks() == 4);  // + request 3's block (hash 9)
+  CHECK_FALSE(kv.pool().is_published(p1.seqs[1].block_table[2]));
+  drain(s, 2);
+  CHECK(kv.used_blocks() == 0);
+  CHECK(kv.reserved_remaining() == 0);
+  CHECK(kv.cached_blocks() == 4);
+}
+
+TEST_CASE("prefix caching: a chunked prompt shares its finished blocks at once; a cancelled one's blocks stay cached") {
+  auto reqs = make({{40, 4}, {40, 4}, {40, 4}});
+  const auto h = hashes({1, 2, 3, 4, 5});  // block size 8
+  KvCache kv(40, 8, -1, 3);
+  Scheduler s({BatchingPolicy::Continuous, 8, 20, 1 << 20, true, 2, true}, reqs, kv);
+  REQUIRE(s.add_request(0, 0, h));
+  s.schedule(0);  // 10 of 40 (the cap is 20 / 2)
+  s.complete_step(1);
+  CHECK(kv.cached_blocks() == 1);  // 10 tokens: one full block
+  REQUIRE(s.add_request(1, 1, h));
+  const StepPlan& p = s.schedule(1);  // 0: 10 more; 1: takes block 0, then 10 of its own
+  REQUIRE(p.seqs.size() == 2);
+  CHECK(reqs[1].num_cached_tokens == 8);
+  CHECK(p.seqs[1].num_computed_before == 8);
+  CHECK(p.seqs[1].block_table[0] == p.seqs[0].block_table[0]);
+  CHECK_FALSE(s.cancel(0, 1));  // in flight: its blocks are published first, then released
+  auto left = s.complete_step(2);
+  REQUIRE(left.size() == 1);
+  CHECK(reqs[0].status == RequestStatus::Cancelled);
+  CHECK(kv.cached_blocks() == 2);  // 0's 20 tokens: two full blocks; 1's 18 tokens add none new
+  CHECK(kv.pool().ref_count(0) == 1);  // still held by 1
+  REQUIRE(s.add_request(2, 2, h));
+  s.schedule(2);
+  CHECK(reqs[2].num_cached_tokens == 16);
+  s.complete_step(3);
+  CHECK(s.cancel(1, 3));  // between steps: released at once
+  drain(s, 3);
+  CHECK(reqs[2].status == RequestStatus::Finished);
+  CHECK(kv.used_blocks() == 0);
+  CHECK(kv.reserved_remaining() == 0);
+}
+
+TEST_CASE("prefix caching off, or no hashes: stage 2 exactly") {
+  auto on = make({{12, 2}, {12, 2}});
+  auto off = on, none = on;
+  const auto h = hashes({1, 2, 3});
+  KvCache k_on(40, 4, -1, 2), k_off(40, 4, -1, 2), k_none(40, 4, -1, 2);
+  Scheduler s_on({BatchingPolicy::Continuous, 8, 100, 1 << 20, true, 1, true}, on, k_on);
+  Scheduler s_off({BatchingPolicy::Continuous, 8, 100, 1 << 20, true, 1, false}, off, k_off);
+  Scheduler s_none({BatchingPolicy::Continuous, 8, 100, 1 << 20, true, 1, true}, none, k_none);
+  for (Scheduler* s : {&s_on, &s_off, &s_none}) {
+    const bool hashed = s != &s_none;
+    s->add_request(0, 0, hashed ? std::span<const BlockHash>(h) : std::span<const BlockHash>{});
+    s->schedule(0);
+    s->complete_step(1);
+    s->add_request(1, 1, hashed ? std::span<const BlockHash>(h) : std::span<const BlockHash>{});
+    s->schedule(1);
+    s->complete_step(2);
+  }
+  CHECK(on[1].num_cached_tokens == 8);
+  CHECK(off[1].num_cached_tokens == 0);
+  CHECK(none[1].num_cached_tokens == 0);
+  CHECK(k_on.cached_blocks() == 3);
+  CHECK(k_off.cached_blocks() == 0);
+  CHECK(k_none.cached_blocks() == 0);
 }
