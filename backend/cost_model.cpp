@@ -69,6 +69,64 @@ StepCost FittedCostModel::estimate(const StepPlan& plan) const {
   return c;
 }
 
+StepKind step_kind(const StepPlan& plan) {
+  if (plan.num_prefill_seqs == 0) return StepKind::Decode;
+  return plan.num_decode_seqs == 0 ? StepKind::Prefill : StepKind::Mixed;
+}
+
+const char* step_kind_name(StepKind k) {
+  return k == StepKind::Decode ? "decode" : k == StepKind::Prefill ? "prefill" : "mixed";
+}
+
+StepCost ProfiledCostModel::estimate(const StepPlan& plan) const {
+  StepCost c;
+  if (plan.empty()) return c;
+  const OperatorProfile& p = *p_;
+  const double S = double(plan.seqs.size());
+  double dec_seqs = 0, dec_ctx = 0;  // the step's one-token sampled sequences: count, keys read
+  bool decode_shape = true;
+  for (const ScheduledSeq& s : plan.seqs) {
+    if (s.num_tokens == 1 && s.samples) {
+      dec_seqs += 1;
+      dec_ctx += s.num_computed_before + 1;
+    } else {
+      decode_shape = false;
+    }
+  }
+  if (decode_shape) {  // the decode table, as measured (graph replay on CUDA)
+    const double mean_ctx = dec_ctx / S;
+    // With CUDA Graphs the step runs padded to the bucket; attention only for real rows.
+    const double Sb = p.graph_buckets ? std::exp2(std::ceil(std::log2(S))) : S;
+    const double fixed = decode_seconds(p, Sb, 0), full = decode_seconds(p, Sb, mean_ctx);
+    c.gemm_s = fixed;
+    c.attention_s = std::max(0.0, full - fixed) * S / Sb;
+  } else {
+    c.gemm_s = p.linear.at(plan.num_tokens) + (plan.num_samples > 0 ? p.lm_head.at(plan.num_samples) : 0.0);
+    c.overhead_s = p.seq_overhead.at(S);
+    for (const ScheduledSeq& s : plan.seqs)
+      if (!(s.num_tokens == 1 && s.samples)) {
+        const double n = s.num_tokens;
+        c.attention_s += p.prefill_attn.at(n) * n * (s.num_computed_before + (n + 1) / 2);
+      }
+    if (dec_seqs > 0)
+      c.attention_s += std::max(0.0, decode_seconds(p, dec_seqs, dec_ctx / dec_seqs) - decode_seconds(p, dec_seqs, 0));
+  }
+  c.overhead_s += p.loop_gap_s;
+  const StepKind k = step_kind(plan);
+  double f = k == StepKind::Decode ? p.refine_decode : k == StepKind::Prefill ? p.refine_prefill : p.refine_mixed;
+  if (plan.after_idle) f *= p.idle_factor;
+  c.gemm_s *= f;
+  c.attention_s *= f;
+  c.overhead_s *= f;
+  return c;
+}
+
+std::string ProfiledCostModel::inputs() const {
+  const OperatorProfile& p = *p_;
+  return fmt::format("profiled ({} on '{}', measured on {} at {}): {} raw steps, idle_factor {:.6g}", p.backend, p.model,
+                     p.hardware, p.code_version, p.raw.size(), p.idle_factor);
+}
+
 std::string AnalyticalCostModel::inputs() const {
   std::string s = fmt::format("hardware '{}': peak_tflops {:.6g}, mem_bandwidth_tbs {:.6g}, step_overhead_us {:.6g}",
                               hw_.name, hw_.peak_flops / 1e12, hw_.mem_bandwidth / 1e12, hw_.step_overhead_s * 1e6);
@@ -86,6 +144,7 @@ std::string FittedCostModel::inputs() const {
 }
 
 std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw, int32_t tp) {
+  if (hw.profiled) return std::make_unique<ProfiledCostModel>(hw.profiled);
   if (hw.fitted) return std::make_unique<FittedCostModel>(*hw.fitted);
   return std::make_unique<AnalyticalCostModel>(m, hw, tp);
 }

@@ -36,6 +36,27 @@ class FittedCostModel final : public cost_model_i {
   FittedCoefficients c_;
 };
 
+// Per-operator profile measured on a backend (tandem calibrate --model), interpolated. A
+// decode-only step (every sequence one token, sampled) reads the decode table directly; any
+// other step is the sum of its operator classes: linear layers by tokens, attention per
+// prefill chunk (pairs at the chunk's size) and for its decodes, LM head by sampled rows, and
+// the per-sequence step overhead. Then the engine loop's gap, the residual of the step's kind,
+// and the idle factor after an idle spell.
+class ProfiledCostModel final : public cost_model_i {
+ public:
+  explicit ProfiledCostModel(std::shared_ptr<const OperatorProfile> p) : p_(std::move(p)) {}
+  StepCost estimate(const StepPlan& plan) const override;
+  std::string inputs() const override;
+
+ private:
+  std::shared_ptr<const OperatorProfile> p_;
+};
+
+// The step kinds that per-step errors are reported by (steps.csv's n_prefill and n_decode).
+enum class StepKind { Decode, Prefill, Mixed };
+StepKind step_kind(const StepPlan& plan);
+const char* step_kind_name(StepKind k);
+
 // The features both models use: summed over the plan's sequences.
 struct PlanFeatures {
   double tokens = 0, seqs = 0, samples = 0;
@@ -44,7 +65,7 @@ struct PlanFeatures {
 };
 PlanFeatures plan_features(const StepPlan& plan);
 
-// The fitted model when the hardware spec carries one, else the analytical roofline.
+// The profiled or fitted model when the hardware spec carries one, else the analytical roofline.
 std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw, int32_t tp = 1);
 
 // Simulated-time executor: asks a cost model how long the plan takes; samples nothing.

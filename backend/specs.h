@@ -1,8 +1,11 @@
 // Model and hardware descriptions, shared by the cost models and (later) the real backends.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+
+#include "backend/op_profile.h"
 
 namespace tandem {
 
@@ -64,6 +67,10 @@ struct HardwareSpec {
   double link_latency_s = 0;      // fixed cost of one all-reduce
   std::string source;             // where the numbers come from (datasheet / measured / assumed)
   std::optional<FittedCoefficients> fitted;  // set: the fitted cost model replaces the roofline
+  // Set: the profiled (per-operator, interpolated) cost model replaces the roofline. Shared:
+  // a HardwareSpec is copied with its workload, the tables need not be.
+  std::shared_ptr<const OperatorProfile> profiled;
+  std::string profile_path;       // the profile file it came from (fitted or profiled)
 };
 
 // Named presets. Return nullopt for an unknown name.

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <thread>
 #include <fstream>
 #include <iostream>
@@ -16,6 +18,8 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/llama.h"
 #include "backend/cpu/cpu_executor.h"
+#include "backend/warmup.h"
+#include "sim/config_sections.h"
 #include "sim/config.h"
 #include "sim/engine.h"
 #include "sim/rng.h"
@@ -31,36 +35,6 @@ Eigen::Matrix<double, 1, kFeatures> row_of(const PlanFeatures& f) {
   return r;
 }
 
-
-struct GridPlan {
-  std::vector<std::pair<int32_t, int32_t>> seqs;  // (context before, new tokens)
-  bool samples = true;
-};
-
-std::vector<GridPlan> grid(int32_t max_len, bool quick) {
-  std::vector<GridPlan> g;
-  for (int32_t n : {16, 64, 128, 256, 512, 1024, 2048})
-    if (n <= max_len) g.push_back({{{0, n}}, true});
-  for (int32_t c0 : {256, 1024})
-    for (int32_t n : {64, 256})
-      if (c0 + n <= max_len) g.push_back({{{c0, n}}, false});  // a chunk over a cached prefix, no sample
-  g.push_back({{{0, 64}, {0, 64}, {0, 64}, {0, 64}}, true});
-  g.push_back({std::vector<std::pair<int32_t, int32_t>>(8, {0, 32}), true});
-  for (int32_t s : {1, 2, 4, 8, 16, 32, 64})
-    for (int32_t ctx : {16, 128, 512, 1024}) {
-      if (quick && (s > 16 || ctx > 512)) continue;
-      if (ctx < max_len) g.push_back({std::vector<std::pair<int32_t, int32_t>>(size_t(s), {ctx, 1}), true});
-    }
-  // Mixed steps, as continuous batching makes them: one prompt joining running decodes.
-  for (int32_t n : {32, 128, 512})
-    for (int32_t s : {1, 8, 32}) {
-      if (quick && s > 8) continue;
-      GridPlan p{{{0, n}}, true};
-      for (int32_t i = 0; i < s; ++i) p.seqs.push_back({256, 1});
-      g.push_back(p);
-    }
-  return g;
-}
 }  // namespace
 
 double predict_seconds(const FittedCoefficients& c, const PlanFeatures& f, bool after_idle) {
@@ -124,126 +98,284 @@ FittedCoefficients fit_cost_model(const std::vector<CalibrationPoint>& all) {
 }
 
 namespace {
-// The grid: each batch shape timed back to back (round-robin, median of reps), then again
-// after 20 ms of idleness.
-std::vector<CalibrationPoint> grid_points(const ModelSpec& m, int reps_in, bool quick) {
-  const int reps = std::max(1, reps_in);
-  const auto plans = grid(m.max_model_len, quick);
-  int32_t max_tokens = 0;
-  for (const auto& p : plans) {
-    int32_t t = 0;
-    for (auto [c0, n] : p.seqs) t += (c0 + n + 15) / 16 * 16;
-    max_tokens = std::max(max_tokens, t);
-  }
-  const int32_t bs = 16, blocks = max_tokens / bs;
-  cpu::check_fits_in_memory(m, m.kv_bytes_per_token(4) * double(max_tokens));  // fp32 K and V
-  cpu::LlamaModel model(m, cpu::dummy_weights(m, 1), blocks, bs);
-  Rng rng(2);
-  // Fill the KV store once with real-looking values (never time on zeros).
-  {
-    StepPlan warm;
-    std::vector<int32_t> table(size_t(std::min(blocks, m.max_model_len / bs)));
-    for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
-    for (int32_t b0 = 0; b0 < blocks; b0 += int32_t(table.size())) {
-      for (size_t i = 0; i < table.size(); ++i) table[i] = std::min(blocks - 1, b0 + int32_t(i));
-      const int32_t n = int32_t(table.size()) * bs;
-      warm.clear();
-      warm.seqs.push_back({0, n, 0, false, table});
-      warm.num_tokens = n;
-      for (int32_t i = 0; i < n; ++i) warm.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
-      std::vector<Token> s;
-      model.forward(warm, warm.tokens, s);
-    }
-  }
-  // Build every grid plan first, then time them round-robin: a burst of interference from
-  // elsewhere on the machine then touches one repetition of many points, not all
-  // repetitions of one, and the per-point median discards it.
-  std::vector<StepPlan> grid_plans(plans.size());
-  std::vector<std::vector<std::vector<int32_t>>> tables(plans.size());
-  for (size_t p = 0; p < plans.size(); ++p) {
-    const GridPlan& g = plans[p];
-    StepPlan& plan = grid_plans[p];
-    tables[p].assign(g.seqs.size(), {});
-    int32_t next = 0;
-    for (size_t i = 0; i < g.seqs.size(); ++i) {
-      const auto [c0, n] = g.seqs[i];
-      for (int32_t b = 0; b < (c0 + n + bs - 1) / bs; ++b) tables[p][i].push_back(next++);
-      plan.seqs.push_back({ReqId(i), n, c0, g.samples, tables[p][i]});
-      plan.num_tokens += n;
-      plan.num_samples += g.samples;
-      for (int32_t k = 0; k < n; ++k) plan.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
-    }
-  }
-  fmt::print(stderr, "calibrating {} on the CPU, {} threads, {} grid points x {} reps\n", m.name, cpu::threads(), plans.size(), reps);
-  std::vector<std::vector<double>> times(plans.size());
-  std::vector<Token> sampled;
-  for (int r = 0; r <= reps; ++r) {
-    for (size_t p = 0; p < plans.size(); ++p) {
-      sampled.clear();
-      const auto t0 = std::chrono::steady_clock::now();
-      model.forward(grid_plans[p], grid_plans[p].tokens, sampled);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (r > 0) times[p].push_back(s);  // round 0 warms caches
-    }
-  }
-  std::vector<CalibrationPoint> points;
-  for (size_t p = 0; p < plans.size(); ++p) {
-    std::sort(times[p].begin(), times[p].end());
-    points.push_back({plan_features(grid_plans[p]), times[p][times[p].size() / 2]});
-  }
-  // The same steps after the backend sat idle (as after a quiet spell between arrivals):
-  // threads, caches and clocks wake up. Their ratio to the back-to-back fit is the idle factor.
-  for (int r = 0; r < std::max(1, reps / 2); ++r)
-    for (size_t p = 0; p < plans.size(); ++p) {
-      sampled.clear();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      const auto t0 = std::chrono::steady_clock::now();
-      model.forward(grid_plans[p], grid_plans[p].tokens, sampled);
-      points.push_back({plan_features(grid_plans[p]),
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), true});
-    }
-  return points;
+// Every step of a real run of `workload` on its backend, in real time: the steps as the
+// engine makes them, with its gaps between steps and its mix of shapes. The backend warms up
+// first, as `tandem run` does. With `predictor`, each step's prediction is kept too.
+struct ServedRun {
+  std::vector<CalibrationPoint> points;  // seconds: to the next step's start (or + the median gap)
+  std::vector<ServedStep> steps;
+  double loop_gap_s = 0;
+};
+
+std::unique_ptr<executor_i> executor_for(Workload& w, const ExecutorFactory* factory) {
+  return factory ? (*factory)(w)
+                 : cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
+                                          w.engine.deterministic, w.engine.tp);
 }
 
-// Every step of a real run of `workload` on the CPU backend, in real time: the steps as the
-// engine makes them, with its gaps between steps and its mix of shapes.
-std::vector<CalibrationPoint> live_points(const std::string& workload, const ExecutorFactory* factory, ModelSpec& m,
-                                          double& memory_gb) {
-  Workload w = load_workload(workload);
-  std::unique_ptr<executor_i> exec =
-      factory ? (*factory)(w)
-              : cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
-                                       w.engine.deterministic, w.engine.tp);
-  m = w.model;
-  memory_gb = w.hardware.memory_bytes / 1e9;
+WarmUpShape warm_up_shape(const Workload& w) {
+  return {w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.max_num_batched_tokens, w.engine.max_num_seqs,
+          w.model.max_model_len};
+}
+
+ServedRun serve(Workload& w, executor_i& exec, const cost_model_i* predictor) {
+  warm_up(exec, warm_up_shape(w));
   WallClock clock;
-  Engine e(w, generate_requests(w), *exec, clock);
+  Engine e(w, generate_requests(w), exec, clock);
   struct Collect : run_observer_i {
-    std::vector<CalibrationPoint> pts;
+    const cost_model_i* predictor = nullptr;
+    ServedRun run;
     std::vector<Time> start, end;
     void on_step(const StepRecord& r) override {
-      pts.push_back({plan_features(*r.plan), to_seconds(r.elapsed), r.plan->after_idle});
+      run.points.push_back({plan_features(*r.plan), to_seconds(r.elapsed), r.plan->after_idle});
+      ServedStep s{step_kind(*r.plan), r.plan->after_idle, start.empty(), to_seconds(r.elapsed), 0};
+      if (predictor) {
+        StepPlan plan = *r.plan;  // priced as if back to back: the idle factor is fitted from these
+        plan.after_idle = false;
+        s.predicted_s = predictor->estimate(plan).total_s();
+      }
+      run.steps.push_back(s);
       start.push_back(r.start);
       end.push_back(r.start + r.elapsed);
     }
   } collect;
+  collect.predictor = predictor;
   e.add_observer(&collect);
-  fmt::print(stderr, "calibrating on the steps of {} (real time, {} requests)\n", workload, e.requests().size());
+  fmt::print(stderr, "calibrate: serving {} (real time, {} requests)\n", w.path, e.requests().size());
   e.run();
   // The simulator runs back-to-back steps with no gap, but a real loop spends time between
   // them (planning, recording). Charge it to the step before: a step followed at once by
   // another counts from its start to the next start; others get the median such gap.
-  auto& p = collect.pts;
+  ServedRun& run = collect.run;
+  auto& p = run.points;
   std::vector<Duration> gaps;
   for (size_t i = 0; i + 1 < p.size(); ++i)
     if (!p[i + 1].after_idle) gaps.push_back(collect.start[i + 1] - collect.end[i]);
   std::sort(gaps.begin(), gaps.end());
-  const double median_gap = gaps.empty() ? 0.0 : to_seconds(gaps[gaps.size() / 2]);
-  for (size_t i = 0; i < p.size(); ++i)
+  run.loop_gap_s = gaps.empty() ? 0.0 : to_seconds(gaps[gaps.size() / 2]);
+  for (size_t i = 0; i < p.size(); ++i) {
     p[i].seconds = (i + 1 < p.size() && !p[i + 1].after_idle) ? to_seconds(collect.start[i + 1] - collect.start[i])
-                                                              : p[i].seconds + median_gap;
-  fmt::print(stderr, "engine loop time between back-to-back steps: median {:.1f} us\n", median_gap * 1e6);
-  return collect.pts;
+                                                              : p[i].seconds + run.loop_gap_s;
+    run.steps[i].measured_s = p[i].seconds;
+  }
+  fmt::print(stderr, "calibrate: engine loop time between back-to-back steps: median {:.1f} us\n", run.loop_gap_s * 1e6);
+  return run;
+}
+
+std::string git_version() {
+  // The code the profile was measured with: `git describe`, when run from a checkout.
+  std::string v;
+  if (FILE* f = popen("git describe --always --dirty 2>/dev/null", "r")) {
+    char buf[128];
+    while (fgets(buf, sizeof buf, f)) v += buf;
+    pclose(f);
+  }
+  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+  return v.empty() ? "unknown" : v;
+}
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+std::string gpu_name() {
+  std::string v;
+  if (FILE* f = popen("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1", "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, f)) v += buf;
+    pclose(f);
+  }
+  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+  return v.empty() ? "unknown GPU" : v;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// The workload whose engine section the grid runs under: the first --workload, else defaults
+// that suit the backend (the workloads of this repository for it).
+Workload grid_workload(const std::string& backend, const std::string& model, const std::vector<std::string>& workloads) {
+  if (!workloads.empty()) {
+    Workload w = load_workload(workloads[0]);
+    if (w.model.name != model)
+      throw InputError(fmt::format("calibrate: {} uses model '{}', --model is '{}'", workloads[0], w.model.name, model));
+    return w;
+  }
+  if (!model_preset(model))
+    throw InputError(fmt::format("calibrate: unknown model preset '{}' (known: {})", model, model_preset_names()));
+  const std::string engine = backend == "cpu" ? "{max_num_seqs: 64, max_num_batched_tokens: 2048, num_kv_blocks: 4096}"
+                                              : "{max_num_seqs: 64, max_num_batched_tokens: 4096, num_kv_blocks: 16384}";
+  return parse_workload(fmt::format("model: {}\nhardware: {}\nengine: {}\n"
+                                    "requests: {{count: 1, arrival: {{process: burst}}, prompt_len: 4, output_len: 2}}\n",
+                                    model, backend == "cpu" ? "{name: cpu, peak_tflops: 0.1, mem_bandwidth_tbs: 0.02, "
+                                                              "step_overhead_us: 300, memory_gb: 16}"
+                                                            : "h200",
+                                    engine),
+                        "calibrate-defaults.yaml");
+}
+
+// Per-step relative errors of the profile on its own grid, by kind, for the printout.
+void print_grid_errors(const OperatorProfile& p, int32_t block_size) {
+  const ProfiledCostModel model(std::make_shared<OperatorProfile>(p));
+  fmt::print("{:>8}{:>6}{:>8}{:>9}{:>8}{:>12}{:>12}{:>9}\n", "kind", "seqs", "tokens", "context", "sample", "measured_ms",
+             "model_ms", "error");
+  std::vector<std::vector<int32_t>> tables;
+  for (const ProfileStep& s : p.raw) {
+    if (s.idle) continue;
+    StepPlan plan;
+    std::vector<std::pair<int32_t, int32_t>> seqs;
+    if (s.kind == "mixed") {
+      seqs.push_back({0, s.tokens});
+      for (int32_t i = 0; i < s.seqs; ++i) seqs.push_back({s.context, 1});
+    } else {
+      for (int32_t i = 0; i < s.seqs; ++i) seqs.push_back({s.context, s.tokens});
+    }
+    for (auto [c0, n] : seqs) {
+      const bool samples = s.sampled || s.kind == "mixed";
+      plan.seqs.push_back({ReqId(plan.seqs.size()), n, c0, samples, {}});
+      plan.num_tokens += n;
+      plan.num_samples += samples;
+      ++(n == 1 && c0 > 0 ? plan.num_decode_seqs : plan.num_prefill_seqs);
+    }
+    const double pred = model.estimate(plan).total_s();
+    fmt::print("{:>8}{:>6}{:>8}{:>9}{:>8}{:>12.3f}{:>12.3f}{:>8.1f}%{}\n", s.kind, s.seqs, s.tokens, s.context,
+               s.sampled ? "yes" : "", s.seconds * 1e3, pred * 1e3, 100 * (pred - s.seconds) / s.seconds,
+               s.kind == "mixed" ? "  (composition check)" : "");
+  }
+  (void)block_size;
+}
+
+}  // namespace
+
+std::string refine_profile(OperatorProfile& p, const std::vector<ServedStep>& steps, double loop_gap_s) {
+  p.loop_gap_s = loop_gap_s;
+  // Totals, not a median of ratios: TTFT and TPOT are means over requests, and on a shared
+  // machine the steps have a heavy tail (a step preempted for a time slice). On this CPU the
+  // median decode step was within 6 % of the grid while the total was 1.4-1.5 times it.
+  double meas[3] = {0, 0, 0}, pred[3] = {0, 0, 0}, idle_meas = 0;
+  int count[3] = {0, 0, 0}, idle = 0;
+  for (const ServedStep& s : steps) {
+    if (s.predicted_s <= 0 || s.first) continue;  // the first step follows the warm-up's own spell
+    if (s.after_idle) {
+      idle_meas += s.measured_s;
+      ++idle;
+      continue;
+    }
+    meas[int(s.kind)] += s.measured_s;
+    pred[int(s.kind)] += s.predicted_s + loop_gap_s;
+    ++count[int(s.kind)];
+  }
+  std::string out;
+  double* target[3] = {&p.refine_decode, &p.refine_prefill, &p.refine_mixed};
+  p.refine_steps = 0;
+  for (int k = 0; k < 3; ++k) {
+    const char* name = step_kind_name(StepKind(k));
+    if (count[k] < kMinRefineSteps) {
+      *target[k] = 1.0;
+      out += fmt::format("residual {}: 1 ({} back-to-back steps of this kind, {} needed)\n", name, count[k], kMinRefineSteps);
+      continue;
+    }
+    *target[k] = std::clamp(meas[k] / pred[k], 0.25, 4.0);
+    p.refine_steps += count[k];
+    out += fmt::format("residual {}: {:.4f} (total measured / predicted over {} steps)\n", name, *target[k], count[k]);
+  }
+  // After-idle steps of served traffic (real idle spells, of every length) replace the grid's
+  // 20 ms sleeps, when there are enough of them; relative to the back-to-back prediction of
+  // the same steps, residuals included.
+  if (idle >= kMinIdleSamples) {
+    double refined = 0;  // idle_pred, with each step's residual
+    for (const ServedStep& s : steps)
+      if (s.after_idle && s.predicted_s > 0 && !s.first)
+        refined += (s.predicted_s + loop_gap_s) * *target[int(s.kind)];
+    p.idle_factor = std::clamp(idle_meas / refined, 0.5, 10.0);
+    p.idle_samples = idle;
+    out += fmt::format("idle factor: {:.4f} from {} after-idle served steps\n", p.idle_factor, idle);
+  } else {
+    out += fmt::format("idle factor: {:.4f} kept from the grid ({} samples); served traffic had {} after-idle steps, "
+                       "{} needed\n", p.idle_factor, p.idle_samples, idle, kMinIdleSamples);
+  }
+  return out;
+}
+
+namespace {
+// --model: the grid on the backend, then (with --workload) the residuals on served traffic.
+int calibrate_profiled(const std::string& backend, const std::string& model, const std::vector<std::string>& workloads,
+                       const ExecutorFactory* factory, const GridOptions& opt, const std::string& out_path) {
+  Workload w = grid_workload(backend, model, workloads);
+  const GridLimits limits{w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.max_num_batched_tokens,
+                          w.engine.max_num_seqs, w.model.max_model_len, w.model.vocab};
+  OperatorProfile p;
+  double loop_gap = 0;
+  std::vector<ServedStep> served;
+  {
+    std::unique_ptr<executor_i> exec = executor_for(w, factory);
+    GridOptions o = opt;
+    o.fill_kv = backend != "cpu";
+    o.graph_buckets = backend == "cuda" && w.engine.cuda_graph && w.engine.tp == 1;
+    fmt::print(stderr, "calibrate: {} on the {} backend; grid limits: {} KV blocks of {}, {} tokens, {} sequences\n",
+               model, backend, limits.num_blocks, limits.block_size, limits.max_tokens, limits.max_seqs);
+    p = measure_operator_profile(*exec, limits, o);
+  }
+  p.backend = backend;
+  p.model = w.model.name;
+  p.tp = w.engine.tp;
+  p.threads = backend == "cpu" ? cpu::threads() : 0;
+  p.hardware = backend == "cpu" ? fmt::format("{}, {} threads", cpu_name(), cpu::threads()) : gpu_name();
+  p.code_version = git_version();
+  p.measured_at = utc_now();
+  p.engine = fmt::format("deterministic {}, max_num_seqs {}, max_num_batched_tokens {}, block_size {}{}",
+                         w.engine.deterministic, w.engine.max_num_seqs, w.engine.max_num_batched_tokens,
+                         w.engine.block_size,
+                         backend == "cuda" ? fmt::format(", cuda_graph {}, cuda_attention {}", w.engine.cuda_graph,
+                                                         w.engine.cuda_attention)
+                                           : "");
+  print_grid_errors(p, w.engine.block_size);
+  std::string notes;
+  if (p.idle_samples < kMinIdleSamples)
+    notes += fmt::format("idle factor 1: only {} after-idle samples ({} needed)\n", p.idle_samples, kMinIdleSamples);
+  if (!workloads.empty()) {
+    const ProfiledCostModel predictor(std::make_shared<OperatorProfile>(p));
+    for (const std::string& wl : workloads) {
+      Workload ww = load_workload(wl);
+      if (ww.model.name != w.model.name)
+        throw InputError(fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, ww.model.name, w.model.name));
+      std::unique_ptr<executor_i> exec = executor_for(ww, factory);
+      ServedRun run = serve(ww, *exec, &predictor);
+      served.insert(served.end(), run.steps.begin(), run.steps.end());
+      loop_gap = std::max(loop_gap, run.loop_gap_s);
+    }
+    notes += refine_profile(p, served, loop_gap);
+  }
+  fmt::print("{}", notes);
+  std::string names;
+  for (const std::string& wl : workloads) names.append(names.empty() ? "" : ", ").append(wl);
+  std::string comment = fmt::format("# tandem calibrate --backend {} --model {}: per-operator profile, {} measured steps\n"
+                                    "# (synthetic shapes through the {} executor; curves interpolated from the raw table)",
+                                    backend, p.model, p.raw.size(), backend);
+  if (!names.empty()) comment += fmt::format("\n# refined on the served steps of {}", names);
+  comment += "\n";
+  for (size_t i = 0, j; i < notes.size(); i = j + 1) {
+    j = notes.find('\n', i);
+    if (j == std::string::npos) j = notes.size();
+    comment += "# " + notes.substr(i, j - i) + "\n";
+  }
+  const double memory_gb = w.hardware.memory_bytes / 1e9 > 0 && backend != "cpu"
+                               ? w.hardware.memory_bytes / 1e9
+                               : double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9;
+  std::ofstream out(out_path);
+  if (!out) throw InputError(fmt::format("calibrate: cannot write {}", out_path));
+  out << config_detail::profile_file_text(p, fmt::format("{}-{}-profiled", backend, p.model), memory_gb, comment);
+  if (!out.flush()) throw InputError(fmt::format("calibrate: cannot write {}", out_path));
+  fmt::print("profile written to {} ({} raw steps, idle factor {:.3f})\n", out_path, p.raw.size(), p.idle_factor);
+  return 0;
 }
 }  // namespace
 
@@ -251,13 +383,15 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
   namespace po = boost::program_options;
   po::options_description opts("tandem calibrate");
   opts.add_options()("backend", po::value<std::string>()->default_value("cpu"), "cpu, or cuda in a CUDA build")(
-      "model", po::value<std::string>()->default_value("tiny"), "model preset (grid mode)")(
+      "model", po::value<std::string>(), "model preset: measure the per-operator profile on a grid")(
       "workload", po::value<std::vector<std::string>>()->composing(),
-      "fit on every step of real runs of these workloads (repeatable) instead of a grid")(
+      "with --model: refine on the served steps of these workloads (the first also sets the engine); "
+      "alone: the older linear fit on them (repeatable)")(
       "out", po::value<std::string>(), "profile to write (YAML)")(
       "threads", po::value<int>()->default_value(0), "threads (0: all cores)")(
-      "reps", po::value<int>()->default_value(5), "grid mode: timed repetitions per point (median)")(
-      "quick", po::bool_switch(), "grid mode: a smaller grid");
+      "reps", po::value<int>()->default_value(5), "grid: timed repetitions per shape (the fastest is kept)")(
+      "budget", po::value<double>()->default_value(110), "grid: seconds it may take (fewer repetitions if needed)")(
+      "quick", po::bool_switch(), "grid: a smaller grid");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
   po::notify(vm);
@@ -268,48 +402,53 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
     for (const auto& [name, f] : backends) known += ", " + name;
     throw InputError(fmt::format("calibrate --backend {}: not available in this build (known: {})", backend, known));
   }
-  if (backend != "cpu" && !vm.count("workload"))
-    throw InputError(fmt::format("calibrate --backend {}: give --workload (grid mode is CPU-only)", backend));
+  const bool grid = vm.count("model") > 0;
+  if (!grid && !vm.count("workload"))
+    throw InputError("calibrate: give --model PRESET (per-operator profile) or --workload W.yaml (linear fit)");
   if (!vm.count("out")) throw InputError("calibrate: --out PROFILE.yaml is required");
-  if (vm.count("workload") && !vm["model"].defaulted())
-    throw InputError("calibrate: give --workload (fit on its steps) or --model (fit on a grid), not both");
-  for (const char* k : {"reps", "quick"})  // grid-mode options: unused with --workload
-    if (vm.count("workload") && !vm[k].defaulted())
-      throw InputError(fmt::format("calibrate: --{} applies to grid mode (--model), not to --workload", k));
+  for (const char* k : {"reps", "quick", "budget"})  // grid options: unused by the linear fit
+    if (!grid && !vm[k].defaulted())
+      throw InputError(fmt::format("calibrate: --{} applies to the grid (--model), not to the linear fit (--workload alone)", k));
   if (backend != "cpu" && !vm["threads"].defaulted())
     throw InputError(fmt::format("calibrate --threads: only the CPU backend uses threads (this one is {})", backend));
   if (const int reps = vm["reps"].as<int>(); reps < 1 || reps > 1000)
     throw InputError(fmt::format("calibrate: --reps {}: must be in [1, 1000]", reps));
+  if (const double b = vm["budget"].as<double>(); !(b > 0 && b <= 86400))
+    throw InputError(fmt::format("calibrate: --budget {}: must be in (0, 86400] seconds", b));
+  const std::string out_path = vm["out"].as<std::string>();
   {  // fail now, not after minutes of measuring
-    std::ofstream probe(vm["out"].as<std::string>(), std::ios::app);
-    if (!probe) throw InputError(fmt::format("calibrate: cannot write {}", vm["out"].as<std::string>()));
+    std::ofstream probe(out_path, std::ios::app);
+    if (!probe) throw InputError(fmt::format("calibrate: cannot write {}", out_path));
   }
   cpu::set_threads(vm["threads"].as<int>());
+  const std::vector<std::string> workloads =
+      vm.count("workload") ? vm["workload"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  const ExecutorFactory* fac = backend == "cpu" ? nullptr : &factory->second;
+  if (grid) {
+    GridOptions o;
+    o.reps = vm["reps"].as<int>();
+    o.quick = vm["quick"].as<bool>();
+    o.budget_s = vm["budget"].as<double>();
+    return calibrate_profiled(backend, vm["model"].as<std::string>(), workloads, fac, o, out_path);
+  }
   ModelSpec m;
   std::vector<CalibrationPoint> points;
-  std::string source;
-  // The profile's memory: this machine's RAM for the CPU, the workload's hardware otherwise.
-  double memory_gb = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9;
-  if (vm.count("workload")) {
-    // Several workloads, e.g. the same traffic under each policy, cover more step shapes.
-    std::string names;
-    for (const std::string& wl : vm["workload"].as<std::vector<std::string>>()) {
-      ModelSpec mw;
-      auto pts = live_points(wl, backend == "cpu" ? nullptr : &factory->second, mw, memory_gb);
-      if (!names.empty() && mw.name != m.name)
-        throw InputError(fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, mw.name, m.name));
-      m = mw;
-      points.insert(points.end(), pts.begin(), pts.end());
-      names.append(names.empty() ? "" : ", ").append(wl);
-    }
-    source = fmt::format("every step of real runs of {}", names);
-  } else {
-    auto preset = model_preset(vm["model"].as<std::string>());
-    if (!preset) throw InputError(fmt::format("calibrate: unknown model preset '{}' (known: {})", vm["model"].as<std::string>(), model_preset_names()));
-    m = *preset;
-    points = grid_points(m, vm["reps"].as<int>(), vm["quick"].as<bool>());
-    source = fmt::format("a grid of batch shapes, median of {} reps", vm["reps"].as<int>());
+  double memory_gb = 0;
+  // Several workloads, e.g. the same traffic under each policy, cover more step shapes.
+  std::string names;
+  for (const std::string& wl : workloads) {
+    Workload w = load_workload(wl);
+    if (!names.empty() && w.model.name != m.name)
+      throw InputError(fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, w.model.name, m.name));
+    m = w.model;
+    memory_gb = backend == "cpu" ? double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1e9
+                                 : w.hardware.memory_bytes / 1e9;
+    std::unique_ptr<executor_i> exec = executor_for(w, fac);
+    ServedRun run = serve(w, *exec, nullptr);
+    points.insert(points.end(), run.points.begin(), run.points.end());
+    names.append(names.empty() ? "" : ", ").append(wl);
   }
+  const std::string source = fmt::format("every step of real runs of {}", names);
   FittedCoefficients c = fit_cost_model(points);
   c.backend = backend;
   c.model = m.name;
@@ -327,8 +466,8 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
   }
   std::vector<double> sorted = err;
   std::sort(sorted.begin(), sorted.end());
-  std::ofstream out(vm["out"].as<std::string>());
-  if (!out) throw InputError(fmt::format("calibrate: cannot write {}", vm["out"].as<std::string>()));
+  std::ofstream out(out_path);
+  if (!out) throw InputError(fmt::format("calibrate: cannot write {}", out_path));
   fmt::print(out,
              "# tandem calibrate --backend {}, model {}: step time fitted to {} measured steps\n"
              "# ({}); relative error median {:.1f}%, p90 {:.1f}%.\n"
@@ -345,7 +484,7 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
   fmt::print("idle factor (steps after the backend sat idle / back-to-back fit): {:.3f}\n", c.idle_factor);
   fmt::print("fit: relative error median {:.1f}%, p90 {:.1f}%, max {:.1f}% over {} steps; profile written to {}\n",
              100 * sorted[sorted.size() / 2], 100 * sorted[sorted.size() * 9 / 10], 100 * sorted.back(), points.size(),
-             vm["out"].as<std::string>());
+             out_path);
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/cost_model.h"
 #include "sim/config_sections.h"
 #include "sim/csv.h"
 #include "sim/yaml_reader.h"
@@ -123,10 +124,16 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
   if (w.hardware.fitted && w.hardware.fitted->model != w.model.name)
     top["hardware"].fail(fmt::format("the profile was fitted on model '{}', but the workload's model is '{}'",
                                      w.hardware.fitted->model, w.model.name));
+  if (w.hardware.profiled && w.hardware.profiled->model != w.model.name)
+    top["hardware"].fail(fmt::format("the profile was measured on model '{}', but the workload's model is '{}'",
+                                     w.hardware.profiled->model, w.model.name));
   w.engine = parse_engine(top["engine"]);
+  if (w.hardware.profiled && w.hardware.profiled->tp != w.engine.tp)
+    top["engine"]["tp"].fail(fmt::format("the hardware profile was measured at tp {}, this workload runs at tp {}: "
+                                         "calibrate at this tp", w.hardware.profiled->tp, w.engine.tp));
   if (const int32_t tp = w.engine.tp; tp > 1) {
     const Field f = top["engine"]["tp"];
-    if (!w.hardware.fitted && w.hardware.link_bandwidth <= 0)
+    if (!w.hardware.fitted && !w.hardware.profiled && w.hardware.link_bandwidth <= 0)
       f.fail("tensor parallelism needs hardware.link_bandwidth_gbs (the all-reduces go over it)");
     // The same rule (and text) the backends apply when they shard the weights.
     if (const std::string why = w.model.tp_split_problem(tp); !why.empty()) f.fail(why);
@@ -152,6 +159,35 @@ Workload load_workload(const std::string& path, const std::vector<Override>& ove
   return parse_workload(ss.str(), path, overrides);
 }
 
+namespace {
+// What the workload's cost model predicts for a few reference steps, so that a profile can be
+// checked by eye before a run (and a roofline preset compared with a measured profile).
+std::string reference_steps(const Workload& w) {
+  const auto model = make_cost_model(w.model, w.hardware, w.engine.tp);
+  const int32_t len = w.model.max_model_len, max_seqs = w.engine.max_num_seqs;
+  const int32_t max_tokens = w.engine.max_num_batched_tokens;
+  const auto ms = [&](std::vector<std::pair<int32_t, int32_t>> seqs) {  // (context before, new tokens)
+    StepPlan p;
+    for (auto [c0, n] : seqs) {
+      p.seqs.push_back({ReqId(p.seqs.size()), n, c0, true, {}});
+      p.num_tokens += n;
+      ++p.num_samples;
+      ++(n == 1 && c0 > 0 ? p.num_decode_seqs : p.num_prefill_seqs);
+    }
+    return model->estimate(p).total_s() * 1e3;
+  };
+  const int32_t ctx = std::min(1024, len - 1), big = std::min(32, max_seqs), pre = std::min({512, max_tokens, len});
+  const int32_t chunk = std::min({512, max_tokens, len / 2}), mix_decodes = std::min(16, max_seqs - 1);
+  std::vector<std::pair<int32_t, int32_t>> dec(size_t(big), {ctx, 1}), mixed(size_t(mix_decodes), {ctx, 1});
+  mixed.push_back({0, std::min(256, pre)});
+  return fmt::format("# predicted step times (ms), {}: decode 1 x {} ctx {:.4g}; decode {} x {} ctx {:.4g}; "
+                     "prefill {} tokens {:.4g}; chunk {} over {} cached {:.4g}; mixed {} prompt + {} decodes {:.4g}\n",
+                     model->inputs().substr(0, model->inputs().find(':')), ctx, ms({{ctx, 1}}), big, ctx, ms(dec), pre,
+                     ms({{0, pre}}), chunk, len - chunk, ms({{len - chunk, chunk}}), std::min(256, pre), mix_decodes,
+                     ms(mixed));
+}
+}  // namespace
+
 std::string to_yaml(const Workload& w) {
   YAML::Node n;
   n["name"] = w.name;
@@ -169,9 +205,9 @@ std::string to_yaml(const Workload& w) {
   // Derived values as comments, so the output stays a valid workload (paths are resolved).
   const ModelSpec& m = w.model;
   const EngineSpec& e = w.engine;
-  return fmt::format("{}\n# derived: model {:.3f} B parameters, {:.0f} bytes of KV per token; KV cache {} tokens "
+  return fmt::format("{}\n{}# derived: model {:.3f} B parameters, {:.0f} bytes of KV per token; KV cache {} tokens "
                      "({:.1f} GB)\n# hardware numbers: {}\n",
-                     out.c_str(), m.params() / 1e9, m.kv_bytes_per_token(), int64_t{e.resolved_kv_blocks} * e.block_size,
+                     out.c_str(), reference_steps(w), m.params() / 1e9, m.kv_bytes_per_token(), int64_t{e.resolved_kv_blocks} * e.block_size,
                      double(e.resolved_kv_blocks) * e.block_size * m.kv_bytes_per_token() / 1e9,
                      w.hardware.source.empty() ? "given in the workload" : w.hardware.source);
 }

@@ -113,7 +113,21 @@ FittedCoefficients parse_fitted(const Field& f) {
 // An inline hardware mapping, or the top level of a profile file (same keys).
 HardwareSpec parse_hardware_map(const Field& f, HardwareSpec h) {
   f.expect_map({"preset", "name", "peak_tflops", "mem_bandwidth_tbs", "step_overhead_us", "memory_gb", "fitted",
-                "link_bandwidth_gbs", "link_latency_us"});
+                "profiled", "link_bandwidth_gbs", "link_latency_us"});
+  if (f.has("fitted") && f.has("profiled")) f["profiled"].fail("a profile is either fitted or profiled, not both");
+  if (f.has("profiled")) {  // per-operator tables measured on a backend: no roofline numbers either
+    for (const char* k : {"preset", "peak_tflops", "mem_bandwidth_tbs", "step_overhead_us", "link_bandwidth_gbs",
+                          "link_latency_us"})
+      if (f.has(k)) f[k].fail("a profiled hardware profile takes its step times from its measured table; remove it");
+    h.name = f.get_string("name", "profiled");
+    h.profiled = parse_profiled(f["profiled"]);
+    h.memory_bytes = f.get_double("memory_gb", 0, 0, 1e9) * 1e9;
+    const OperatorProfile& p = *h.profiled;
+    h.source = fmt::format("profiled: {} steps measured on the {} backend ({}; code {}; {})", p.raw.size(), p.backend,
+                           p.hardware.empty() ? "hardware not recorded" : p.hardware,
+                           p.code_version.empty() ? "unknown" : p.code_version, p.measured_at);
+    return h;
+  }
   if (f.has("fitted")) {  // a calibrated profile: the fitted model needs no roofline numbers
     h.name = f.get_string("name", "fitted");
     h.fitted = parse_fitted(f["fitted"]);
@@ -174,7 +188,9 @@ HardwareSpec parse_hardware(const Field& f) {
       const Field root(doc, "hardware", &src);
       std::error_code ec;
       root.refuse_tags(2 * (int64_t(std::filesystem::file_size(path, ec)) + 16));
-      return parse_hardware_map(root, {});
+      HardwareSpec h = parse_hardware_map(root, {});
+      h.profile_path = path;
+      return h;
     }
     auto p = hardware_preset(s);
     if (!p) f.fail(fmt::format("unknown hardware preset '{}' (known: {}; or a profile file ending in .yaml)", s, hardware_preset_names()));
@@ -187,6 +203,13 @@ HardwareSpec parse_hardware(const Field& f) {
 // roofline numbers, which it does not use.
 YAML::Node hardware_yaml(const HardwareSpec& h) {
   YAML::Node n;
+  if (h.profiled) {  // the file, or (inline in a workload) the whole table
+    if (!h.profile_path.empty()) return YAML::Node(h.profile_path);
+    n["name"] = h.name;
+    n["memory_gb"] = num(h.memory_bytes / 1e9);
+    n["profiled"] = profiled_yaml(*h.profiled);
+    return n;
+  }
   n["name"] = h.name;
   if (h.fitted) {
     const FittedCoefficients& c = *h.fitted;

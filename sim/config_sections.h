@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "sim/config.h"
@@ -31,6 +32,13 @@ ModelSpec parse_model(const Field& f);
 HardwareSpec parse_hardware(const Field& f);
 YAML::Node model_yaml(const ModelSpec& m);
 YAML::Node hardware_yaml(const HardwareSpec& h);
+
+// config_profile.cpp: the `profiled:` section of a hardware profile (tandem calibrate --model).
+std::shared_ptr<const OperatorProfile> parse_profiled(const Field& f);
+YAML::Node profiled_yaml(const OperatorProfile& p);
+// A whole profile file: `comment` (lines starting with '#') first.
+std::string profile_file_text(const OperatorProfile& p, const std::string& name, double memory_gb,
+                              const std::string& comment);
 
 // config_engine.cpp. The KV cache size is resolved later (it needs the model and hardware).
 EngineSpec parse_engine(const Field& f);

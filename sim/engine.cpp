@@ -136,6 +136,7 @@ void Engine::start_step_if_idle() {
         kMaxTimeSeconds, set_.requests.size(),
         !exec_.simulated() ? std::string("measured steps")
         : w_.hardware.fitted ? fmt::format("hardware '{}': a fitted profile", w_.hardware.name)
+        : w_.hardware.profiled ? fmt::format("hardware '{}': a profiled profile", w_.hardware.name)
                              : fmt::format("hardware '{}': peak_tflops {:.6g}, mem_bandwidth_tbs {:.6g}, step_overhead_us "
                                            "{:.6g}; model '{}'", w_.hardware.name, w_.hardware.peak_flops / 1e12,
                                            w_.hardware.mem_bandwidth / 1e12, w_.hardware.step_overhead_s * 1e6,

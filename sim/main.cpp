@@ -16,6 +16,7 @@
 #ifdef TANDEM_HAVE_CUDA
 #include "backend/cuda/cuda_executor.h"
 #endif
+#include "backend/warmup.h"
 #include "sim/calibrate.h"
 #include "sim/compare.h"
 #include "sim/generate.h"
@@ -35,8 +36,9 @@ constexpr const char* kUsage =
     "             [--set KEY=VALUE ...] [--out DIR [--trace full|steps|requests|none]] [--quiet]\n"
     "  tandem validate WORKLOAD.yaml [--set KEY=VALUE ...] [--prefix-bound]\n"
     "  tandem compare RUN_DIR_A RUN_DIR_B\n"
-    "  tandem calibrate --backend cpu --model PRESET --out PROFILE.yaml [--threads N] [--quick]\n"
-    "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml\n"
+    "  tandem calibrate --backend cpu|cuda --model PRESET [--workload W.yaml ...] --out PROFILE.yaml\n"
+    "                   [--reps N] [--budget S] [--quick] [--threads N]   # per-operator profile (grid, then residuals)\n"
+    "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml  # linear fit\n"
     "  tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [--max-tokens N] [--logits-out FILE]\n";
 
 #ifdef TANDEM_HAVE_CUDA
@@ -136,6 +138,10 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   if (clock_name == "wall") clock = std::make_unique<WallClock>();
   else clock = std::make_unique<VirtualClock>();
   RequestSet rs = generate_requests(w);
+  // First-use costs (threads, buffers, cuBLAS, a graph per decode bucket) are paid here, not
+  // by the first requests.
+  warm_up(*exec, {w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.max_num_batched_tokens,
+                  w.engine.max_num_seqs, w.model.max_model_len});
   Engine engine(w, std::move(rs), *exec, *clock);
   if (!exec->simulated()) engine.set_shadow_cost_model(make_cost_model(w.model, w.hardware, w.engine.tp));
   std::unique_ptr<RunOutputs> outputs;

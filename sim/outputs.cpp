@@ -274,7 +274,8 @@ RunOutputs::RunOutputs(const std::string& dir, TraceDetail trace) : dir_(dir), d
   else std::filesystem::remove(std::filesystem::path(dir) / "trace.json", ec);  // not a stale one from an earlier run
   if (!ok) throw InputError(fmt::format("--out {}: cannot write files there", dir));
   steps_.append("step,instance,start_s,elapsed_ms,n_seqs,n_prefill,n_decode,n_tokens,kv_used_blocks,kv_reserved_blocks,kv_util,"
-                "waiting,running,gemm_ms,attention_ms,overhead_ms,after_idle,n_samples,attn_pairs,context_tokens,comm_ms\n");
+                "waiting,running,gemm_ms,attention_ms,overhead_ms,after_idle,n_samples,attn_pairs,context_tokens,comm_ms,"
+                "predicted_ms,pred_error\n");
   // The process names first, so that every later event starts with ",\n".
   if (detail_ != TraceDetail::None)
     trace_.append("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"
@@ -354,7 +355,7 @@ void RunOutputs::write_rows(const std::vector<StepRow>& rows) {
   StepFormatter& f = *formatter_;
   const bool counters = has_requests(detail_), slices = has_steps(detail_), args = has_step_args(detail_);
   for (const StepRow& r : rows) {
-    // steps.csv: "{},{},{:.9f},{:.6f},{},{},{},{},{},{},{:.6f},{},{},{:.6f},{:.6f},{:.6f},{:d},{},{:.0f},{:.0f},{:.6f}\n"
+    // steps.csv: "{},{},{:.9f},{:.6f},{},{},{},{},{},{},{:.6f},{},{},{:.6f},{:.6f},{:.6f},{:d},{},{:.0f},{:.0f},{:.6f},{:.6f},{:.4f}\n"
     char* p = steps_.room(kRowRoom);
     p = put_int(p, r.index);
     *p++ = ',';
@@ -387,7 +388,11 @@ void RunOutputs::write_rows(const std::vector<StepRow>& rows) {
     p = put_fixed0(p, r.context_tokens);
     *p++ = ',';
     p = f.comm.put(p, r.cost.comm_s * 1e3);
-    *p++ = '\n';
+    // The cost model's total beside the measured time, and its relative error (0 in simulated
+    // time, where the cost model sets the step's time).
+    const double predicted_ms = r.cost.total_s() * 1e3, elapsed_ms = to_ms(r.elapsed);
+    const double err = elapsed_ms > 0 ? (predicted_ms - elapsed_ms) / elapsed_ms : 0.0;
+    p = fmt::format_to(p, FMT_COMPILE(",{:.6f},{:.4f}\n"), predicted_ms, std::fabs(err) < 5e-5 ? 0.0 : err);
     steps_.commit(p);
     if (!counters) continue;
 

@@ -48,7 +48,7 @@ elif ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 expect 2 "calibrate --backend tpu: not available in this build \\(known: cpu" -- calibrate --backend tpu --workload "$src/workloads/cpu_tiny.yaml" --out "$tmp/p.yaml"
 if [ "$cuda_build" = cuda ]; then
-  expect 2 "calibrate --backend cuda: give --workload \\(grid mode is CPU-only\\)" -- calibrate --backend cuda --out "$tmp/p.yaml"
+  expect 2 "calibrate: give --model PRESET \\(per-operator profile\\) or --workload" -- calibrate --backend cuda --out "$tmp/p.yaml"
 fi
 expect 2 "field 'engine.cuda_attention': unknown attention kernel 'flash' \\(known: simt, mma\\)" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_attention=flash
 expect 2 "field 'engine.cuda_graph': expected true or false" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_graph=sometimes
@@ -202,7 +202,7 @@ expect 2 "--trace: .*needs --out" -- run "$q" --trace none
 expect 2 "--threads: only the CPU backend" -- run "$q" --threads 2
 expect 2 "generate: --seed: '-1' is not an integer" -- generate --model tiny --prompt "1 2" --seed -1
 expect 2 "generate: --seed sets dummy weights" -- generate --checkpoint "$i11/ck" --prompt "1 2" --seed 3
-expect 2 "calibrate: --reps applies to grid mode" -- calibrate --workload "$src/workloads/cpu_tiny.yaml" --reps 3 --out "$i11/p.yaml"
+expect 2 "calibrate: --reps applies to the grid \\(--model\\)" -- calibrate --workload "$src/workloads/cpu_tiny.yaml" --reps 3 --out "$i11/p.yaml"
 mkdir -p "$i11/nometrics" "$i11/wrongtype"
 echo '{"backend": "sim", "policy": "static"}' >"$i11/nometrics/summary.json"
 expect 2 "nometrics/summary.json: field 'ttft_ms.mean': missing" -- compare "$tmp/a" "$i11/nometrics"
@@ -258,6 +258,21 @@ check "requests.csv has cached_tokens, and some request took > 1000 tokens from 
            awk -F, 'NR>1 && \$16 > 1000 { n++ } END { exit n > 0 ? 0 : 1 }' '$tmp/s3/requests.csv'"
 check "summary.json has the prefix cache's hit rate by tokens and blocks, hits and evictions" \
   bash -c "grep -q '\"block_hit_rate\"' '$tmp/s3/summary.json' && grep -q '\"evictions\"' '$tmp/s3/summary.json'"
+
+# 9. The per-operator profile (issue #12): a quick grid on the CPU backend, a simulated run
+# priced by it (steps.csv: the prediction beside the step), and a bad profile refused naming
+# the file, line and field.
+p12=$tmp/p12
+mkdir -p "$p12"
+expect 0 "profile written to .*p12/tiny.yaml" -- calibrate --backend cpu --model tiny --quick --reps 1 --budget 20 \
+  --threads 1 --out "$p12/tiny.yaml"
+expect 0 "" -- run "$src/workloads/cpu_tiny.yaml" --set hardware="$p12/tiny.yaml" --out "$p12/sim" --quiet
+check "steps.csv carries predicted_ms and pred_error" grep -q ',predicted_ms,pred_error$' "$p12/sim/steps.csv"
+expect 0 "predicted step times \\(ms\\), profiled" -- validate "$src/workloads/cpu_tiny.yaml" --set hardware="$p12/tiny.yaml"
+sed 's/ms: \([0-9]\)/ms: x\1/' "$p12/tiny.yaml" >"$p12/bad.yaml"
+expect 2 "bad.yaml:[0-9]+:[0-9]+: field 'hardware.profiled.raw\\[0\\].ms': expected a number" -- \
+  validate "$src/workloads/cpu_tiny.yaml" --set hardware="$p12/bad.yaml"
+expect 2 "calibrate: --budget 0: must be in" -- calibrate --model tiny --budget 0 --out "$p12/x.yaml"
 
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]

@@ -1,0 +1,199 @@
+// tandem calibrate --model: the per-operator profile. Synthetic steps of controlled shapes run
+// through the backend's ordinary executor (the serving path: metadata upload, launches or
+// graph replay, the result copy), timed back to back and after idle spells; derive_curves()
+// turns the step totals into per-operator-class curves. Then, with --workload, served traffic
+// refines it (loop gap, residual per step kind, idle factor from real idle spells).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "backend/warmup.h"
+#include "sim/calibrate.h"
+#include "sim/engine.h"
+
+namespace tandem {
+
+namespace {
+struct Shape {
+  ProfileStep step;  // kind, seqs, tokens, context, sampled, idle
+  int32_t prompt = 0;  // mixed: the prompt's tokens (step.tokens is the decodes' 1)
+};
+
+int32_t blocks_for(int32_t tokens, int32_t bs) { return (tokens + bs - 1) / bs; }
+
+// The plan of a shape; block tables from `next` up, every sequence its own blocks (a shared
+// context would sit in cache and read faster than a real batch's).
+StepPlan plan_of(const Shape& sh, int32_t bs, std::vector<std::vector<int32_t>>& tables) {
+  const ProfileStep& s = sh.step;
+  std::vector<std::pair<int32_t, int32_t>> seqs;  // (context, new tokens)
+  if (s.kind == "mixed") seqs.push_back({0, sh.prompt});
+  for (int32_t i = 0; i < s.seqs; ++i) seqs.push_back({s.context, s.tokens});
+  tables.assign(seqs.size(), {});
+  StepPlan p;
+  int32_t next = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto [c0, n] = seqs[i];
+    for (int32_t b = 0; b < blocks_for(c0 + n, bs); ++b) tables[i].push_back(next++);
+    const bool samples = s.sampled || (s.kind == "mixed");
+    p.seqs.push_back({ReqId(i), n, c0, samples, tables[i]});
+    p.num_tokens += n;
+    p.num_samples += samples;
+    ++(n == 1 && c0 > 0 ? p.num_decode_seqs : p.num_prefill_seqs);
+  }
+  p.tokens.assign(size_t(p.num_tokens), Token(1));
+  return p;
+}
+
+int32_t blocks_needed(const Shape& sh, int32_t bs) {
+  const ProfileStep& s = sh.step;
+  return s.seqs * blocks_for(s.context + s.tokens, bs) + (s.kind == "mixed" ? blocks_for(sh.prompt, bs) : 0);
+}
+
+std::vector<Shape> grid(const GridLimits& L, bool quick) {
+  std::vector<Shape> g;
+  const int32_t cap_tokens = L.num_blocks * L.block_size;
+  const auto fits = [&](const Shape& s) { return blocks_needed(s, L.block_size) <= L.num_blocks; };
+  const auto add = [&](Shape s) {
+    if (fits(s)) g.push_back(s);
+  };
+  const int32_t max_n = std::min({L.max_tokens, L.max_model_len, cap_tokens});
+  std::vector<int32_t> ns;
+  for (int32_t n = 1; n < max_n; n *= 2) ns.push_back(n);
+  ns.push_back(max_n);
+  for (int32_t n : ns) {
+    add({{"prefill", 1, n, 0, false, false, 0}});
+    // A cached context long enough for its attention to show next to the linear work.
+    const int32_t c = std::min({quick ? 1024 : 2048, L.max_model_len - n, cap_tokens - n}) / L.block_size * L.block_size;
+    if (c >= std::max(64, n / 4)) add({{"prefill", 1, n, c, false, false, 0}});
+  }
+  std::vector<int32_t> ss;
+  for (int32_t s = 1; s < L.max_seqs; s *= 2) ss.push_back(s);
+  ss.push_back(L.max_seqs);
+  for (int32_t r : ss)
+    if (2 * r <= L.max_tokens)
+      for (bool sampled : {false, true}) add({{"multi", r, 2, 0, sampled, false, 0}});
+  for (int32_t s : ss)
+    for (int32_t c : {32, 512, 2048}) {
+      const int32_t ctx = std::min(c, L.max_model_len - 1);
+      if (quick && c == 2048) continue;
+      add({{"decode", s, 1, ctx, true, false, 0}});
+    }
+  // Checks of the composition: a prompt joining running decodes.
+  for (int32_t prompt : {128, 512})
+    for (int32_t s : {4, 16})
+      if (prompt + s <= L.max_tokens && s + 1 <= L.max_seqs && prompt + 512 < L.max_model_len)
+        add({{"mixed", s, 1, 512, true, false, 0}, prompt});
+  return g;
+}
+}  // namespace
+
+OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& L, const GridOptions& o) {
+  const std::vector<Shape> shapes = grid(L, o.quick);
+  int32_t max_blocks = 0;
+  for (const Shape& s : shapes) max_blocks = std::max(max_blocks, blocks_needed(s, L.block_size));
+  const auto t_start = std::chrono::steady_clock::now();
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
+  WarmUpShape ws{L.num_blocks, L.block_size, L.max_tokens, L.max_seqs, L.max_model_len};
+  const int warm = warm_up(exec, ws);
+  // Real-looking K/V in every block the grid reads (a GPU runs faster on zeros). The CPU
+  // store is written with zeros at start-up (its pages are real), and fp32 arithmetic does
+  // not depend on the values, so its fill is skipped: it would cost minutes on a big model.
+  if (o.fill_kv) {
+    std::vector<std::vector<int32_t>> tables;
+    const int32_t per_seq = 128, seqs = std::max(1, std::min(L.max_seqs, L.max_tokens / per_seq));
+    for (int32_t b0 = 0; b0 < max_blocks; b0 += seqs * per_seq / L.block_size) {
+      StepPlan p;
+      tables.assign(size_t(seqs), {});
+      for (int32_t i = 0; i < seqs; ++i) {
+        for (int32_t b = 0; b < per_seq / L.block_size; ++b)
+          tables[size_t(i)].push_back(std::min(L.num_blocks - 1, b0 + i * per_seq / L.block_size + b));
+        p.seqs.push_back({ReqId(i), per_seq, 0, false, tables[size_t(i)]});
+        p.num_tokens += per_seq;
+        ++p.num_prefill_seqs;
+      }
+      for (int32_t t = 0; t < p.num_tokens; ++t) p.tokens.push_back(Token((t * 7919 + b0) % std::max(2, L.vocab)));
+      exec.execute(p);
+    }
+  }
+  fmt::print(stderr, "calibrate: {} warm-up steps, K/V {}, {:.1f} s; {} grid shapes\n", warm,
+             o.fill_kv ? "filled" : "as allocated", elapsed(), shapes.size());
+  std::vector<std::vector<std::vector<int32_t>>> tables(shapes.size());
+  std::vector<StepPlan> plans;
+  for (size_t i = 0; i < shapes.size(); ++i) plans.push_back(plan_of(shapes[i], L.block_size, tables[i]));
+  const auto time_step = [&](size_t i) {
+    const StepResult r = exec.execute(plans[i]);
+    return to_seconds(r.elapsed);
+  };
+  // Round-robin repetitions: a burst of interference touches one repetition of many shapes,
+  // and each shape's median drops it. Round 0 warms the shapes' buffers and is not kept.
+  // Within a round a shape runs twice and the second run is kept: served traffic repeats a
+  // shape step after step (weights and buffers in cache), which the step before, of another
+  // shape, would otherwise have evicted (on the CPU it made decode steps 18% slower).
+  std::vector<std::vector<double>> times(shapes.size());
+  int reps = std::max(1, o.reps);
+  for (int r = 0; r <= reps; ++r) {
+    const double t0 = elapsed();
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      time_step(i);
+      const double s = time_step(i);
+      if (r > 0) times[i].push_back(s);
+    }
+    const double round_s = elapsed() - t0;
+    fmt::print(stderr, "calibrate: round {}/{} of {} shapes: {:.1f} s (total {:.1f} s)\n", r, reps, shapes.size(), round_s,
+               elapsed());
+    // Bounded in time: fewer repetitions rather than a grid that overruns its budget.
+    if (r == 0 && o.budget_s > 0) {
+      const int fit = int((o.budget_s * 0.85 - elapsed()) / std::max(round_s, 1e-6));
+      if (fit < reps) {
+        reps = std::max(1, fit);
+        fmt::print(stderr, "calibrate: {} repetitions fit in the {:.0f} s budget\n", reps, o.budget_s);
+      }
+    }
+  }
+  OperatorProfile p;
+  p.graph_buckets = o.graph_buckets;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    std::sort(times[i].begin(), times[i].end());
+    ProfileStep s = shapes[i].step;
+    if (s.kind == "mixed") s.tokens = shapes[i].prompt;  // the file records the prompt's size
+    // The fastest repetition: interference from elsewhere only ever slows a step down, and on
+    // a shared machine it can last longer than a round. The shape of the curves comes from
+    // here; the level the served traffic actually sees is the residual (--workload).
+    s.seconds = times[i][0];
+    p.raw.push_back(s);
+  }
+  // After-idle: a few small shapes (where waking up matters most) after 20 ms of sleep.
+  std::vector<size_t> idle_shapes;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const ProfileStep& s = shapes[i].step;
+    if ((s.kind == "decode" && s.context == std::min(512, L.max_model_len - 1) && s.seqs <= 16) ||
+        (s.kind == "prefill" && s.context == 0 && s.tokens >= 16 && s.tokens <= 256))
+      idle_shapes.push_back(i);
+  }
+  std::vector<double> ratios;
+  for (int r = 0; r < o.idle_rounds && !idle_shapes.empty(); ++r)
+    for (size_t i : idle_shapes) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ProfileStep s = p.raw[i];
+      s.idle = true;
+      s.seconds = time_step(i);
+      ratios.push_back(s.seconds / p.raw[i].seconds);
+      p.raw.push_back(s);
+    }
+  p.idle_samples = int32_t(ratios.size());
+  p.idle_factor = idle_factor_of(ratios);
+  fmt::print(stderr, "calibrate: grid done in {:.1f} s ({} repetitions, {} after-idle samples: idle factor {:.3f})\n",
+             elapsed(), reps, ratios.size(), p.idle_factor);
+  derive_curves(p);
+  return p;
+}
+
+double idle_factor_of(std::vector<double> ratios) {
+  if (int(ratios.size()) < kMinIdleSamples) return 1.0;
+  std::sort(ratios.begin(), ratios.end());
+  return std::clamp(ratios[ratios.size() / 2], 0.5, 10.0);
+}
+
+}  // namespace tandem

@@ -1,0 +1,283 @@
+// The profiled (per-operator) cost model: interpolation, the curves derived from a raw table
+// of a known operator model, the profile file's round trip and its errors, warm-up shapes,
+// and the residual fit on served steps.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "backend/cost_model.h"
+#include "backend/warmup.h"
+#include "sim/calibrate.h"
+#include "sim/config.h"
+#include "sim/config_sections.h"
+
+using namespace tandem;
+
+TEST_CASE("Curve interpolates linearly between knots and extrapolates past both ends, never below zero") {
+  const Curve c{{1, 2, 4}, {10, 20, 20}};
+  CHECK(c.at(1) == 10);
+  CHECK(c.at(1.5) == doctest::Approx(15));
+  CHECK(c.at(2) == 20);
+  CHECK(c.at(3) == doctest::Approx(20));
+  CHECK(c.at(100) == doctest::Approx(20));   // the last segment is flat
+  CHECK(c.at(0.5) == doctest::Approx(5));    // the first segment, extended
+  CHECK(c.at(-5) == 0);                      // clamped at zero
+  const Curve up{{1, 2}, {1, 3}};
+  CHECK(up.at(10) == doctest::Approx(19));   // linear past the end: a compute-bound GEMM
+  const Curve down{{1, 2}, {1, 0}};
+  CHECK(down.at(3) == 0);
+  CHECK(Curve{{5}, {7}}.at(100) == 7);
+  CHECK(Curve{}.at(3) == 0);
+}
+
+namespace {
+// A known operator model, not linear in tokens (a kink at 256 tokens, as a GEMM going from
+// memory- to compute-bound), to derive the curves from and check them against.
+struct Truth {
+  static double linear(double T) { return 1e-3 + 2e-6 * T + (T > 256 ? 8e-6 * (T - 256) : 0.0); }
+  static double lm(double R) { return 4e-4 + 1e-5 * R; }
+  static double seq_extra(double S) { return 2e-5 * (S - 1); }
+  static constexpr double pair = 1e-9, dec_key = 3e-9;
+  // A step of (context, new tokens, sampled) sequences.
+  static double step(const std::vector<std::tuple<int, int, bool>>& seqs) {
+    double T = 0, R = 0, attn = 0;
+    for (auto [c, n, s] : seqs) {
+      T += n;
+      R += s;
+      attn += (n == 1 && s) ? dec_key * (c + 1) : pair * n * (c + (n + 1) / 2.0);
+    }
+    return linear(T) + lm(R) * (R > 0) + seq_extra(double(seqs.size())) + attn;
+  }
+};
+
+OperatorProfile truth_profile() {
+  OperatorProfile p;
+  p.backend = "cpu";
+  p.model = "tiny";
+  for (int n = 1; n <= 2048; n *= 2) {
+    p.raw.push_back({"prefill", 1, n, 0, false, false, Truth::step({{0, n, false}})});
+    p.raw.push_back({"prefill", 1, n, 1024, false, false, Truth::step({{1024, n, false}})});
+  }
+  for (int r = 1; r <= 64; r *= 2)
+    for (bool s : {false, true}) {
+      std::vector<std::tuple<int, int, bool>> seqs(size_t(r), {0, 2, s});
+      p.raw.push_back({"multi", r, 2, 0, s, false, Truth::step(seqs)});
+    }
+  for (int s = 1; s <= 64; s *= 2)
+    for (int c : {32, 512, 2048}) {
+      std::vector<std::tuple<int, int, bool>> seqs(size_t(s), {c, 1, true});
+      p.raw.push_back({"decode", s, 1, c, true, false, Truth::step(seqs)});
+    }
+  derive_curves(p);
+  return p;
+}
+
+StepPlan plan_of(const std::vector<std::tuple<int, int, bool>>& seqs) {
+  StepPlan p;
+  for (auto [c, n, s] : seqs) {
+    p.seqs.push_back({ReqId(p.seqs.size()), n, c, s, {}});
+    p.num_tokens += n;
+    p.num_samples += s;
+    ++(n == 1 && c > 0 ? p.num_decode_seqs : p.num_prefill_seqs);
+  }
+  return p;
+}
+}  // namespace
+
+TEST_CASE("the curves derived from step totals recover the operators, and compose steps the grid never ran") {
+  const auto p = std::make_shared<OperatorProfile>(truth_profile());
+  CHECK(p->linear.at(300) == doctest::Approx(Truth::linear(300)).epsilon(1e-9));
+  CHECK(p->linear.at(64) == doctest::Approx(Truth::linear(64)).epsilon(1e-9));
+  CHECK(p->lm_head.at(8) == doctest::Approx(Truth::lm(8)).epsilon(1e-9));
+  CHECK(p->seq_overhead.at(16) == doctest::Approx(Truth::seq_extra(16)).epsilon(1e-6));
+  CHECK(p->prefill_attn.at(512) == doctest::Approx(Truth::pair).epsilon(1e-6));
+  const ProfiledCostModel m(p);
+  const std::vector<std::vector<std::tuple<int, int, bool>>> held_out = {
+      {{700, 1, true}},                                                    // decode, off-grid context
+      std::vector<std::tuple<int, int, bool>>(24, {900, 1, true}),         // decode, off-grid batch
+      {{0, 300, true}},                                                    // a whole prompt, sampled
+      {{1500, 200, false}},                                                // a chunk over a cached prefix
+      {{0, 400, true}, {100, 1, true}, {2000, 1, true}, {37, 1, true}},    // mixed
+      {{0, 64, true}, {0, 64, true}, {0, 64, true}},                       // static batching's prefill
+  };
+  for (const auto& seqs : held_out) {
+    CAPTURE(seqs.size());
+    CHECK(m.estimate(plan_of(seqs)).total_s() == doctest::Approx(Truth::step(seqs)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("profiled model: CUDA graph buckets, the idle factor and the residuals per step kind") {
+  auto p = std::make_shared<OperatorProfile>(truth_profile());
+  const std::vector<std::tuple<int, int, bool>> d33(33, {100, 1, true});
+  const double plain = ProfiledCostModel(p).estimate(plan_of(d33)).total_s();
+  p->graph_buckets = true;  // 33 sequences run as 64: the fixed part of 64, attention of 33
+  const double bucket = ProfiledCostModel(p).estimate(plan_of(d33)).total_s();
+  const std::vector<std::tuple<int, int, bool>> d64(64, {100, 1, true});
+  const double full64 = Truth::step(d64);
+  CHECK(bucket > plain);
+  CHECK(bucket == doctest::Approx(full64 - 31 * Truth::dec_key * 101).epsilon(1e-6));
+  p->graph_buckets = false;
+  p->idle_factor = 1.5;
+  p->refine_mixed = 1.2;
+  p->loop_gap_s = 1e-5;
+  StepPlan mixed = plan_of({{0, 100, true}, {50, 1, true}});
+  const double base = Truth::step({{0, 100, true}, {50, 1, true}}) + 1e-5;
+  CHECK(step_kind(mixed) == StepKind::Mixed);
+  CHECK(ProfiledCostModel(p).estimate(mixed).total_s() == doctest::Approx(base * 1.2).epsilon(1e-6));
+  mixed.after_idle = true;
+  CHECK(ProfiledCostModel(p).estimate(mixed).total_s() == doctest::Approx(base * 1.2 * 1.5).epsilon(1e-6));
+}
+
+TEST_CASE("refine_profile: a residual needs enough steps of its kind, an idle factor enough idle spells") {
+  OperatorProfile p = truth_profile();
+  std::vector<ServedStep> steps;
+  steps.push_back({StepKind::Prefill, true, true, 0.5, 0.01});  // the first step: ignored
+  for (int i = 0; i < 30; ++i) steps.push_back({StepKind::Decode, false, false, 1.1 * (0.010 + 1e-4), 0.010});
+  for (int i = 0; i < 5; ++i) steps.push_back({StepKind::Prefill, false, false, 2.0 * 0.02, 0.02});
+  // A heavy tail moves the residual (a total), not only the typical step.
+  for (int i = 0; i < 30; ++i) steps.push_back({StepKind::Mixed, false, false, (i == 0 ? 31.0 : 1.0) * 0.0201, 0.02});
+  for (int i = 0; i < 3; ++i) steps.push_back({StepKind::Decode, true, false, 0.03, 0.010});
+  const std::string notes = refine_profile(p, steps, 1e-4);
+  CHECK(p.refine_decode == doctest::Approx(1.1));
+  CHECK(p.refine_prefill == 1.0);  // 5 steps < kMinRefineSteps
+  CHECK(p.refine_mixed == doctest::Approx(2.0));  // (31 + 29) / 30
+  CHECK(p.idle_factor == 1.0);     // 3 after-idle steps < kMinIdleSamples
+  CHECK(p.loop_gap_s == 1e-4);
+  CHECK(notes.find("residual prefill: 1 (5 back-to-back steps") != std::string::npos);
+  for (int i = 0; i < kMinIdleSamples; ++i) steps.push_back({StepKind::Decode, true, false, 0.0202, 0.010});
+  refine_profile(p, steps, 1e-4);
+  // Totals over all 11 after-idle steps against their refined prediction (decode residual 1.1).
+  CHECK(p.idle_factor == doctest::Approx((3 * 0.03 + kMinIdleSamples * 0.0202) / ((3 + kMinIdleSamples) * 0.0101 * 1.1)));
+  CHECK(idle_factor_of({3, 3, 3}) == 1.0);
+  CHECK(idle_factor_of(std::vector<double>(kMinIdleSamples, 50.0)) == 10.0);  // capped
+}
+
+namespace {
+std::string write_file(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / ("tandem_test_profile_" + name);
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+std::string workload_with(const std::string& profile, const std::string& model = "tiny", int tp = 1) {
+  return fmt::format("model: {}\nhardware: {}\nengine: {{num_kv_blocks: 64, tp: {}}}\n"
+                     "requests: {{count: 1, arrival: {{process: burst}}, prompt_len: 4, output_len: 2}}\n",
+                     model, profile, tp);
+}
+
+std::string load_error(const std::string& workload_text) {
+  try {
+    parse_workload(workload_text, "w.yaml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("a profile file round trip keeps the raw table, its provenance and every prediction") {
+  OperatorProfile p = truth_profile();
+  p.hardware = "test CPU, 2 threads";
+  p.code_version = "abc123";
+  p.measured_at = "2026-12-01T00:00:00Z";
+  p.threads = 2;
+  p.idle_factor = 1.25;
+  p.idle_samples = 12;
+  p.loop_gap_s = 3.5e-5;
+  p.refine_decode = 1.01;
+  p.refine_mixed = 0.97;
+  p.raw.push_back({"mixed", 4, 128, 512, true, false, 0.0123});
+  p.raw.push_back({"decode", 1, 1, 512, true, true, 0.0042});
+  const std::string path = write_file("roundtrip.yaml", config_detail::profile_file_text(p, "t", 16, "# a test\n"));
+  const Workload w = parse_workload(workload_with(path), "w.yaml");
+  REQUIRE(w.hardware.profiled);
+  const OperatorProfile& q = *w.hardware.profiled;
+  CHECK(q.hardware == p.hardware);
+  CHECK(q.code_version == p.code_version);
+  CHECK(q.measured_at == p.measured_at);
+  CHECK(q.idle_factor == p.idle_factor);
+  CHECK(q.idle_samples == 12);
+  CHECK(q.loop_gap_s == doctest::Approx(p.loop_gap_s).epsilon(1e-12));
+  CHECK(q.refine_mixed == p.refine_mixed);
+  REQUIRE(q.raw.size() == p.raw.size());
+  for (size_t i = 0; i < p.raw.size(); ++i) {
+    CAPTURE(i);
+    CHECK(q.raw[i].kind == p.raw[i].kind);
+    CHECK(q.raw[i].seqs == p.raw[i].seqs);
+    CHECK(q.raw[i].tokens == p.raw[i].tokens);
+    CHECK(q.raw[i].context == p.raw[i].context);
+    CHECK(q.raw[i].sampled == p.raw[i].sampled);
+    CHECK(q.raw[i].idle == p.raw[i].idle);
+    CHECK(q.raw[i].seconds == doctest::Approx(p.raw[i].seconds).epsilon(1e-11));
+  }
+  const auto a = make_cost_model(w.model, w.hardware);
+  const ProfiledCostModel b(std::make_shared<OperatorProfile>(p));
+  for (const auto& seqs : std::vector<std::vector<std::tuple<int, int, bool>>>{
+           {{700, 1, true}}, {{0, 300, true}, {5, 1, true}}, {{1500, 200, false}}})
+    CHECK(a->estimate(plan_of(seqs)).total_s() == doctest::Approx(b.estimate(plan_of(seqs)).total_s()).epsilon(1e-11));
+  // validate prints the path, which loads again, and the reference steps' predictions.
+  const std::string y = to_yaml(w);
+  CHECK(y.find(path) != std::string::npos);
+  CHECK(y.find("# predicted step times (ms), profiled") != std::string::npos);
+  CHECK(parse_workload(y, "again.yaml").hardware.profiled);
+}
+
+TEST_CASE("a bad profile file is refused naming the file, the line and the field") {
+  const OperatorProfile p = truth_profile();
+  const std::string good = config_detail::profile_file_text(p, "t", 16, "");
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    const size_t at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    return s.replace(at, from.size(), to);
+  };
+  struct Case {
+    std::string name, text, expect;
+  };
+  const std::vector<Case> cases = {
+      {"kind", replaced("kind: multi", "kind: multy"), "field 'hardware.profiled.raw[24].kind': unknown step kind 'multy'"},
+      {"ms", replaced("ms: ", "ms: -"), "field 'hardware.profiled.raw[0].ms'"},
+      {"tokens", replaced("{kind: decode, seqs: 1, tokens: 1", "{kind: decode, seqs: 1, tokens: 2"),
+       "field 'hardware.profiled.raw[38].tokens': a decode step has one token per sequence"},
+      {"nodecode", good.substr(0, good.rfind('\n', good.find("{kind: decode")) + 1), "field 'hardware.profiled.raw': needs decode steps"},
+      {"nomodel", replaced("  model: tiny\n", ""), "field 'hardware.profiled.model': missing"},
+      {"extra", replaced("  tp: 1\n", "  tp: 1\n  peak_tflops: 3\n"), "field 'hardware.profiled.peak_tflops': unknown field"},
+      {"both", replaced("profiled:", "fitted: {}\nprofiled:"), "field 'hardware.profiled': a profile is either fitted or profiled"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const std::string path = write_file(c.name + ".yaml", c.text);
+    const std::string err = load_error(workload_with(path));
+    CHECK(err.find(path + ":") != std::string::npos);
+    CHECK(err.find(c.expect) != std::string::npos);
+  }
+  const std::string path = write_file("good.yaml", good);
+  CHECK(load_error(workload_with(path)).empty());
+  CHECK(load_error(workload_with(path, "llama-100m")).find("the profile was measured on model 'tiny'") != std::string::npos);
+  CHECK(load_error(workload_with(path, "tiny", 2)).find("field 'engine.tp': the hardware profile was measured at tp 1") !=
+        std::string::npos);
+}
+
+namespace {
+struct Recorder : executor_i {
+  std::vector<std::pair<int32_t, int32_t>> steps;  // (sequences, tokens)
+  StepResult execute(const StepPlan& p) override {
+    CHECK(int32_t(p.tokens.size()) == p.num_tokens);
+    steps.push_back({int32_t(p.seqs.size()), p.num_tokens});
+    StepResult r;
+    r.elapsed = 1;
+    r.sampled.assign(size_t(p.num_samples), 0);
+    return r;
+  }
+  std::string name() const override { return "recorder"; }
+  bool simulated() const override { return false; }
+};
+}  // namespace
+
+TEST_CASE("warm-up runs a prefill and a decode step at every graph bucket up to max_num_seqs") {
+  Recorder r;
+  CHECK(warm_up(r, {100, 16, 512, 48, 2048}) == 8);
+  const std::vector<std::pair<int32_t, int32_t>> want = {{1, 256}, {1, 1}, {2, 2}, {4, 4}, {8, 8}, {16, 16}, {32, 32}, {48, 48}};
+  CHECK(r.steps == want);
+}
