@@ -1,4 +1,5 @@
 #include "sim/calibrate.h"
+#include "sim/version.h"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -162,17 +163,7 @@ ServedRun serve(Workload& w, executor_i& exec, const cost_model_i* predictor) {
   return run;
 }
 
-std::string git_version() {
-  // The code the profile was measured with: `git describe`, when run from a checkout.
-  std::string v;
-  if (FILE* f = popen("git describe --always --dirty 2>/dev/null", "r")) {
-    char buf[128];
-    while (fgets(buf, sizeof buf, f)) v += buf;
-    pclose(f);
-  }
-  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
-  return v.empty() ? "unknown" : v;
-}
+std::string git_version() { return TANDEM_CODE_VERSION; }  // the build's, not the current directory's
 
 std::string cpu_name() {
   std::ifstream in("/proc/cpuinfo");
