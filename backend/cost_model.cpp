@@ -83,23 +83,30 @@ StepCost ProfiledCostModel::estimate(const StepPlan& plan) const {
   if (plan.empty()) return c;
   const OperatorProfile& p = *p_;
   const double S = double(plan.seqs.size());
-  double dec_seqs = 0, dec_ctx = 0;  // the step's one-token sampled sequences: count, keys read
+  // The step's one-token sampled sequences: how many, and the context their attention costs.
+  // On the GPU the sequences run side by side, each walking its keys in order, so the time
+  // follows the longest context (measured on the H200: the grid's decode attention barely
+  // grows with the batch, and served batches of mixed lengths took what their longest would);
+  // the CPU backend computes them one after another: the mean context, times the batch.
+  const bool side_by_side = p.backend == "cuda";
+  double dec_seqs = 0, dec_sum_ctx = 0, dec_max_ctx = 0;
   bool decode_shape = true;
   for (const ScheduledSeq& s : plan.seqs) {
     if (s.num_tokens == 1 && s.samples) {
       dec_seqs += 1;
-      dec_ctx += s.num_computed_before + 1;
+      dec_sum_ctx += s.num_computed_before + 1;
+      dec_max_ctx = std::max(dec_max_ctx, double(s.num_computed_before) + 1);
     } else {
       decode_shape = false;
     }
   }
   if (decode_shape) {  // the decode table, as measured (graph replay on CUDA)
-    const double mean_ctx = dec_ctx / S;
-    // With CUDA Graphs the step runs padded to the bucket; attention only for real rows.
+    // With CUDA Graphs the step runs padded to the bucket (attention only for real rows).
     const double Sb = p.graph_buckets ? std::exp2(std::ceil(std::log2(S))) : S;
-    const double fixed = decode_seconds(p, Sb, 0), full = decode_seconds(p, Sb, mean_ctx);
+    const double ctx = side_by_side ? dec_max_ctx : dec_sum_ctx / S;
+    const double fixed = decode_seconds(p, Sb, 0), full = decode_seconds(p, Sb, ctx);
     c.gemm_s = fixed;
-    c.attention_s = std::max(0.0, full - fixed) * S / Sb;
+    c.attention_s = std::max(0.0, full - fixed) * (side_by_side ? 1.0 : S / Sb);
   } else {
     c.gemm_s = p.linear.at(plan.num_tokens) + (plan.num_samples > 0 ? p.lm_head.at(plan.num_samples) : 0.0);
     c.overhead_s = p.seq_overhead.at(S);
@@ -109,7 +116,8 @@ StepCost ProfiledCostModel::estimate(const StepPlan& plan) const {
         c.attention_s += p.prefill_attn.at(n) * n * (s.num_computed_before + (n + 1) / 2);
       }
     if (dec_seqs > 0)
-      c.attention_s += std::max(0.0, decode_seconds(p, dec_seqs, dec_ctx / dec_seqs) - decode_seconds(p, dec_seqs, 0));
+      c.attention_s += std::max(0.0, decode_seconds(p, dec_seqs, side_by_side ? dec_max_ctx : dec_sum_ctx / dec_seqs) -
+                                         decode_seconds(p, dec_seqs, 0));
   }
   c.overhead_s += p.loop_gap_s;
   const StepKind k = step_kind(plan);
