@@ -13,4 +13,11 @@ struct BlockHash {
   friend bool operator==(const BlockHash&, const BlockHash&) = default;
 };
 
+// A block no other request can have: its token ids come from the request's own stream (or
+// follow such a block in the chain), so no prefix lookup will ever name it. The engine passes
+// this instead of hashing it; the pool caches the block like any published one (LRU tail,
+// evicted in order: scheduling is exactly as if it had a unique hash) but keeps it out of the
+// hash index, which a replay without sharing would otherwise fill and drain once per block.
+inline constexpr BlockHash kPrivateBlock{0, 0};
+
 }  // namespace tandem

@@ -39,7 +39,12 @@ int32_t BlockPool::allocate() {
   __builtin_prefetch(&next);
   if (next.slot != kUnpublished) __builtin_prefetch(&slots_[next.slot]);
   if (meta(b).slot != kUnpublished) {  // evict: the hash no longer names this block
-    index_erase(b);
+    if (meta(b).slot == kPrivate) {
+      meta(b).slot = kUnpublished;
+      --num_private_;
+    } else {
+      index_erase(b);
+    }
     ++evictions_;
   }
   meta(b).ref = 1;
@@ -60,6 +65,11 @@ void BlockPool::release(int32_t block) {
 
 bool BlockPool::publish(int32_t block, const BlockHash& h) {
   if (meta(block).slot != kUnpublished) return false;
+  if (h == kPrivateBlock) {
+    meta(block).slot = kPrivate;
+    ++num_private_;
+    return true;
+  }
   return index_insert(h, block);
 }
 
@@ -92,7 +102,7 @@ bool BlockPool::index_insert(const BlockHash& h, int32_t block) {
 
 void BlockPool::index_erase(int32_t block) {
   uint32_t hole = meta(block).slot;
-  if (hole == kUnpublished || slots_[hole].block != block) throw std::logic_error("BlockPool: a published block is missing from the index");
+  if (hole >= kPrivate || slots_[hole].block != block) throw std::logic_error("BlockPool: a published block is missing from the index");
   meta(block).slot = kUnpublished;
   // Backward shift: pull later entries of the probe run into the hole unless their home slot
   // lies cyclically in (hole, entry], where moving them would put them before their home.

@@ -24,7 +24,7 @@ class BlockPool {
 
   int32_t num_blocks() const { return num_blocks_; }
   int32_t num_free() const { return num_free_; }  // unreferenced blocks, cached or empty
-  int32_t num_cached() const { return num_published_; }  // published, referenced or not
+  int32_t num_cached() const { return num_published_ + num_private_; }  // published, referenced or not
   int64_t num_evictions() const { return evictions_; }
   int32_t ref_count(int32_t block) const { return meta_[static_cast<size_t>(block)].ref; }
   bool is_published(int32_t block) const { return meta_[static_cast<size_t>(block)].slot != kUnpublished; }
@@ -51,7 +51,8 @@ class BlockPool {
   }
   // The block's KV is complete: make it findable by `h`. If another block already holds `h`
   // (two requests computed the same prefix at once), this one stays unpublished and the
-  // index keeps the first. Returns whether this block was published.
+  // index keeps the first. h == kPrivateBlock: published (cached, LRU) but never findable.
+  // Returns whether this block was published.
   bool publish(int32_t block, const BlockHash& h);
 
  private:
@@ -77,6 +78,7 @@ class BlockPool {
   // block taken from the free list's head is the least recently used one, cold in the cache,
   // and separate arrays would cost a miss each.
   static constexpr uint32_t kUnpublished = ~uint32_t{0};
+  static constexpr uint32_t kPrivate = ~uint32_t{0} - 1;  // published, not in the index
   struct Meta {
     BlockHash hash;                 // valid while published
     int32_t prev = -1, next = -1;   // free-list links; -1 when not listed
@@ -94,7 +96,8 @@ class BlockPool {
   std::vector<Meta> meta_;   // num_blocks_ + 1 records (the last is the sentinel)
   std::vector<Slot> slots_;  // allocated at the first publish: a run without caching pays nothing
   uint32_t mask_ = 0;
-  int32_t num_published_ = 0;
+  int32_t num_published_ = 0;  // in the index
+  int32_t num_private_ = 0;    // published as kPrivateBlock
 };
 
 }  // namespace tandem

@@ -19,6 +19,7 @@ void KvCache::match_prefix(std::span<const BlockHash> prompt_hashes, int32_t max
   out.clear();
   const size_t n = std::min(prompt_hashes.size(), static_cast<size_t>(std::max(max_blocks, 0)));
   for (size_t i = 0; i < n; ++i) {
+    if (prompt_hashes[i] == kPrivateBlock) break;  // nobody else's: never cached under a name
     const int32_t b = pool_.find(prompt_hashes[i]);
     if (b < 0) break;
     out.blocks.push_back(b);

@@ -71,8 +71,8 @@ PrefixBound prefix_bound(const Workload& w, const RequestSet& set) {
     // Leading blocks seen before. A chained hash names its whole prefix, so the first miss ends
     // the run, and every block after it is new too: only those are inserted.
     size_t lead = 0;
-    while (lead < hashes.size() && seen.contains(hashes[lead])) ++lead;
-    for (size_t i = lead; i < hashes.size(); ++i) seen.insert(hashes[i]);
+    while (lead < hashes.size() && !(hashes[lead] == kPrivateBlock) && seen.contains(hashes[lead])) ++lead;
+    for (size_t i = lead; i < hashes.size() && !(hashes[i] == kPrivateBlock); ++i) seen.insert(hashes[i]);
     const auto hit = static_cast<int32_t>(std::min(lead, cap));
     b.hit_blocks_by_request[static_cast<size_t>(r.id)] = hit;
     ++b.requests;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <algorithm>
+
 
 namespace tandem {
 
@@ -31,6 +33,12 @@ void hash_prompt_blocks(const Request& r, const PromptTokens& tokens, int32_t bl
   BlockHash parent = root;
   for (int32_t b = 0; b < full; ++b) {
     tokens.describe(r, b * block_size, block_size, runs);
+    // From the first block with ids of the request's own stream on, no other request can
+    // share the chain: private, not hashed (kPrivateBlock).
+    if (std::any_of(runs.begin(), runs.end(), [](const PromptTokens::Run& x) { return x.own; })) {
+      out.resize(static_cast<size_t>(full), kPrivateBlock);
+      return;
+    }
     buf.assign({parent.lo, parent.hi});
     for (const auto& run : runs) buf.insert(buf.end(), {run.key, uint64_t(uint32_t(run.first)) << 32 | uint32_t(run.length)});
     parent = from_xxh(XXH3_128bits(buf.data(), buf.size() * sizeof(uint64_t)));

@@ -20,7 +20,8 @@ namespace tandem {
 
 BlockHash root_block_hash(const Workload& w);
 
-// Gives nothing for a prompt shorter than one block. Linear in the number of blocks.
+// Gives nothing for a prompt shorter than one block. Linear in the number of blocks. Blocks from
+// the first one holding the request's own ids on are kPrivateBlock (see policies/block_hash.h).
 void hash_prompt_blocks(const Request& r, const PromptTokens& tokens, int32_t block_size, const BlockHash& root,
                         std::vector<BlockHash>& out);
 

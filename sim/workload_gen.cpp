@@ -179,6 +179,7 @@ void PromptTokens::describe(const Request& r, int32_t start, int32_t count, std:
   while (pos < end) {
     uint64_t key;
     int32_t run_end, offset0;
+    bool own = false;
     if (pos < hashed_end) {
       const int32_t k = pos / hb;
       key = hash_combine(seed_ ^ 0x6d6f6f6eULL, uint64_t(set_.hash_ids[r.hash_ids_begin + uint32_t(k)]));
@@ -192,8 +193,9 @@ void PromptTokens::describe(const Request& r, int32_t start, int32_t count, std:
       key = hash_combine(seed_ ^ 0x72657175ULL, uint64_t(r.id));
       run_end = end;
       offset0 = 0;
+      own = true;
     }
-    out.push_back({key, pos - offset0, run_end - pos});
+    out.push_back({key, pos - offset0, run_end - pos, own});
     pos = run_end;
   }
 }

@@ -39,6 +39,7 @@ class PromptTokens {
   struct Run {
     uint64_t key;
     int32_t first, length;
+    bool own = false;  // the request's own stream: no other request has these ids
   };
   void describe(const Request& r, int32_t start, int32_t count, std::vector<Run>& out) const;
 

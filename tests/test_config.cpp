@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sim/config.h"
+#include "sim/prompt_hashes.h"
 #include "sim/rng.h"
 #include "sim/traces.h"
 #include "sim/workload_gen.h"
@@ -412,4 +413,31 @@ TEST_CASE("prompt token ids: the run-at-a-time fill equals the per-position form
     tok.fill(set.requests[2], tc);
     CHECK(std::equal(ta.begin(), ta.begin() + 8, tc.begin() + 8));
   }
+}
+
+// Prefix caching's block hashes: shared sources hashed and chained; from the first block with
+// the request's own ids on, kPrivateBlock (nobody else can have them).
+TEST_CASE("prompt block hashes: shared blocks chained, the request's own blocks private") {
+  const Workload w = parse_workload(std::string(kBase) + "  shared_prefix: {groups: 1, prefix_len: 40}\n", "w.yaml",
+                                    {{"requests.prompt_len", "100"}});
+  const RequestSet set = generate_requests(w);
+  const PromptTokens tok(w.seed, w.model.vocab, set);
+  const BlockHash root = root_block_hash(w);
+  std::vector<BlockHash> a, b;
+  hash_prompt_blocks(set.requests[0], tok, 16, root, a);
+  hash_prompt_blocks(set.requests[1], tok, 16, root, b);
+  REQUIRE(a.size() == 6);  // 100 / 16 full blocks
+  // Blocks 0 and 1 lie inside the 40-token group prefix: equal across members, chained (distinct).
+  CHECK(a[0] == b[0]);
+  CHECK(a[1] == b[1]);
+  CHECK_FALSE(a[0] == a[1]);
+  CHECK_FALSE(a[0] == kPrivateBlock);
+  // Block 2 (tokens 32-47) holds the prefix's end and the request's own ids: private from there.
+  for (size_t i = 2; i < a.size(); ++i) CHECK(a[i] == kPrivateBlock);
+  // Another model (root) names the same tokens differently.
+  Workload w2 = w;
+  w2.model.name = "other";
+  std::vector<BlockHash> c;
+  hash_prompt_blocks(set.requests[0], tok, 16, root_block_hash(w2), c);
+  CHECK_FALSE(c[0] == a[0]);
 }

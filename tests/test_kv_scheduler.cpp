@@ -770,3 +770,69 @@ TEST_CASE("prefix caching off, or no hashes: stage 2 exactly") {
   CHECK(k_off.cached_blocks() == 0);
   CHECK(k_none.cached_blocks() == 0);
 }
+
+// A private block (kPrivateBlock: ids of a request's own stream) is cached like a published
+// block with a hash nobody else has, but it never enters the index. The same schedule with
+// private blocks and with distinct random hashes for them must be identical, evictions too.
+TEST_CASE("private blocks: cached and evicted exactly like unique hashes, never found") {
+  BlockPool pool(3);
+  const int32_t a = pool.allocate(), b = pool.allocate();
+  CHECK(pool.publish(a, kPrivateBlock));
+  CHECK(pool.publish(b, kPrivateBlock));  // many private blocks at once, no duplicate rule
+  CHECK(pool.is_published(a));
+  CHECK(pool.num_cached() == 2);
+  CHECK(pool.find(kPrivateBlock) == -1);
+  pool.release(a);
+  pool.release(b);
+  CHECK(pool.allocate() == 2);  // the never-used block first, then the cached ones in LRU order
+  CHECK(pool.allocate() == a);
+  CHECK(pool.num_evictions() == 1);
+  CHECK(pool.num_cached() == 1);
+
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    Rng rng(seed);
+    const int n = int(rng.uniform_int(4, 30));
+    const int32_t bs = 4;
+    std::vector<Request> reqs(static_cast<size_t>(n));
+    std::vector<std::vector<BlockHash>> priv(reqs.size()), uniq(reqs.size());
+    for (int i = 0; i < n; ++i) {
+      Request& r = reqs[size_t(i)];
+      r.id = i;
+      r.prompt_len = int32_t(rng.uniform_int(1, 60));
+      r.max_output = int32_t(rng.uniform_int(1, 20));
+      // A shared head from one of two groups, then the request's own blocks.
+      const int shared = int(rng.uniform_int(0, r.prompt_len / bs));
+      const uint64_t group = rng.uniform_int(1, 2);
+      for (int k = 0; k < r.prompt_len / bs; ++k) {
+        const BlockHash own{rng.next() | 1, rng.next()};
+        priv[size_t(i)].push_back(k < shared ? BlockHash{group * 1000 + uint64_t(k), 7} : kPrivateBlock);
+        uniq[size_t(i)].push_back(k < shared ? BlockHash{group * 1000 + uint64_t(k), 7} : own);
+      }
+    }
+    std::vector<Request> ra = reqs, rb = reqs;
+    const int32_t blocks = int32_t(rng.uniform_int(20, 60));
+    KvCache ka(blocks, bs, -1, n), kb(blocks, bs, -1, n);
+    const SchedulerConfig cfg{BatchingPolicy::Continuous, 6, 48, 1 << 20, true, 1, true};
+    Scheduler sa(cfg, ra, ka), sb(cfg, rb, kb);
+    for (int i = 0; i < n; ++i) {
+      REQUIRE(sa.add_request(i, 0, priv[size_t(i)]) == sb.add_request(i, 0, uniq[size_t(i)]));
+    }
+    for (int step = 1; step < 2000; ++step) {
+      const StepPlan& pa = sa.schedule(step);
+      const StepPlan& pb = sb.schedule(step);
+      REQUIRE(pa.seqs.size() == pb.seqs.size());
+      for (size_t k = 0; k < pa.seqs.size(); ++k) {
+        REQUIRE(pa.seqs[k].id == pb.seqs[k].id);
+        REQUIRE(pa.seqs[k].num_computed_before == pb.seqs[k].num_computed_before);
+        REQUIRE(std::vector<int32_t>(pa.seqs[k].block_table.begin(), pa.seqs[k].block_table.end()) ==
+                std::vector<int32_t>(pb.seqs[k].block_table.begin(), pb.seqs[k].block_table.end()));
+      }
+      if (pa.empty()) break;
+      sa.complete_step(step);
+      sb.complete_step(step);
+      REQUIRE(ka.evictions() == kb.evictions());
+      REQUIRE(ka.cached_blocks() == kb.cached_blocks());
+    }
+    for (int i = 0; i < n; ++i) CHECK(ra[size_t(i)].num_cached_tokens == rb[size_t(i)].num_cached_tokens);
+  }
+}
