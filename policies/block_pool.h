@@ -47,7 +47,7 @@ class BlockPool {
   // A hint: `h` will be published or looked up soon (a run of a prompt's blocks is published
   // together, each at a random slot of a table larger than the L2 cache).
   void prefetch(const BlockHash& h) const {
-    if (!slots_.empty()) __builtin_prefetch(&slots_[tag_of(h) & mask_]);
+    if (!slots_.empty() && !(h == kPrivateBlock)) __builtin_prefetch(&slots_[tag_of(h) & mask_]);
   }
   // The block's KV is complete: make it findable by `h`. If another block already holds `h`
   // (two requests computed the same prefix at once), this one stays unpublished and the

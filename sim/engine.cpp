@@ -1,5 +1,6 @@
 #include "sim/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fmt/format.h>
 #include <stdexcept>
@@ -163,8 +164,14 @@ void Engine::attach_tokens(StepPlan& plan) {
   for (const ScheduledSeq& s : plan.seqs) {
     const Request& r = set_.requests[size_t(s.id)];
     const auto& out = outputs_[size_t(s.id)];
-    for (int32_t p = s.num_computed_before; p < s.num_computed_before + s.num_tokens; ++p)
-      plan.tokens.push_back(p < r.prompt_len ? prompt_.at(r, p) : out[size_t(p - r.prompt_len)]);
+    const int32_t end = s.num_computed_before + s.num_tokens;
+    const int32_t prompt_end = std::min(end, r.prompt_len);
+    if (s.num_computed_before < prompt_end) {  // the prompt part, a run at a time
+      const size_t at = plan.tokens.size();
+      plan.tokens.resize(at + size_t(prompt_end - s.num_computed_before));
+      prompt_.fill(r, s.num_computed_before, prompt_end - s.num_computed_before, plan.tokens.data() + at);
+    }
+    for (int32_t p = std::max(s.num_computed_before, r.prompt_len); p < end; ++p) plan.tokens.push_back(out[size_t(p - r.prompt_len)]);
   }
 }
 

@@ -10,18 +10,36 @@
 
 namespace tandem::testing {
 
-std::vector<std::vector<Token>> golden_outputs(const std::string& workload, const std::vector<Override>& overrides) {
+namespace {
+// One workload on the CPU backend; the callers check how its requests ended.
+struct CpuRun {
+  std::vector<std::vector<Token>> outputs;
+  std::vector<Request> requests;
+  Summary summary;
+};
+
+CpuRun run_on_cpu(const std::string& workload, const std::vector<Override>& overrides, run_observer_i* observer = nullptr) {
   Workload w = load_workload(workload, overrides);
   auto exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
                                      w.engine.deterministic, w.engine.tp);
   VirtualClock clock;  // measured step times, no waiting between events: fast and still a real backend
   Engine e(w, generate_requests(w), *exec, clock);
-  e.run();
-  for (const Request& r : e.requests())
-    if (r.status != RequestStatus::Finished || int32_t(e.outputs()[size_t(r.id)].size()) != r.max_output)
+  if (observer) e.add_observer(observer);
+  CpuRun run;
+  run.summary = e.run();
+  run.outputs = e.outputs();
+  run.requests = e.requests();
+  return run;
+}
+}  // namespace
+
+std::vector<std::vector<Token>> golden_outputs(const std::string& workload, const std::vector<Override>& overrides) {
+  CpuRun run = run_on_cpu(workload, overrides);
+  for (const Request& r : run.requests)
+    if (r.status != RequestStatus::Finished || int32_t(run.outputs[size_t(r.id)].size()) != r.max_output)
       throw std::runtime_error(fmt::format("request {} ended {} with {} tokens", r.id, to_string(r.status),
-                                           e.outputs()[size_t(r.id)].size()));
-  return e.outputs();
+                                           run.outputs[size_t(r.id)].size()));
+  return std::move(run.outputs);
 }
 
 std::string first_divergence(const std::vector<std::vector<Token>>& base, const std::vector<std::vector<Token>>& other) {
@@ -86,18 +104,12 @@ struct ChunkCount : run_observer_i {
 };
 
 std::vector<std::vector<Token>> golden_chunked(const std::string& wl, std::vector<Override> o, int64_t* cut) {
-  Workload w = load_workload(wl, o);
-  auto exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
-                                     w.engine.deterministic, w.engine.tp);
-  VirtualClock clock;
-  Engine e(w, generate_requests(w), *exec, clock);
   ChunkCount count;
-  e.add_observer(&count);
-  e.run();
-  for (const Request& r : e.requests())
+  CpuRun run = run_on_cpu(wl, o, &count);
+  for (const Request& r : run.requests)
     REQUIRE_MESSAGE(r.status == RequestStatus::Finished, "request ", r.id, " ended ", to_string(r.status));
   *cut = count.cut;
-  return e.outputs();
+  return std::move(run.outputs);
 }
 }  // namespace
 
@@ -147,20 +159,16 @@ struct PrefixRun {
 };
 
 PrefixRun golden_prefix(const std::string& wl, const std::vector<Override>& o) {
-  Workload w = load_workload(wl, o);
-  auto exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
-                                     w.engine.deterministic, w.engine.tp);
-  VirtualClock clock;
-  Engine e(w, generate_requests(w), *exec, clock);
+  CpuRun cpu = run_on_cpu(wl, o);
   PrefixRun run;
-  run.summary = e.run();
-  for (const Request& r : e.requests()) {
+  run.summary = cpu.summary;
+  for (const Request& r : cpu.requests) {
     REQUIRE_MESSAGE(r.status == RequestStatus::Finished, "request ", r.id, " ended ", to_string(r.status));
-    REQUIRE(int32_t(e.outputs()[size_t(r.id)].size()) == r.max_output);
+    REQUIRE(int32_t(cpu.outputs[size_t(r.id)].size()) == r.max_output);
     run.last_token_only += r.num_cached_tokens > 0 && r.num_cached_tokens == r.prompt_len - 1;
     run.inside_prefix += r.num_cached_tokens > 0 && r.prefix_group >= 0 && r.prefix_len == r.prompt_len;
   }
-  run.outputs = e.outputs();
+  run.outputs = std::move(cpu.outputs);
   return run;
 }
 }  // namespace
