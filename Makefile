@@ -46,7 +46,7 @@ $(SAN_BUILD)/build.ninja:
 test-sanitize: $(SAN_BUILD)/build.ninja
 	ninja -C $(SAN_BUILD) tandem tests/unit_tests
 	ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  meson test -C $(SAN_BUILD) --suite unit --no-rebuild --print-errorlogs
+	  meson test -C $(SAN_BUILD) --suite unit --no-rebuild --print-errorlogs --timeout-multiplier 5
 
 # Fuzzing (tests/fuzz, libFuzzer + ASan + UBSan; clang 19 from `tools/setup --fuzz`): each
 # target for FUZZ_SECONDS; FUZZ_TARGETS picks some (workload azure vidur mooncake safetensors

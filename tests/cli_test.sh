@@ -10,13 +10,27 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 passes=0
 
+# A case's time limit: 60 s on a plain build, times a scale for an instrumented one (ASan +
+# UBSan run the same commands 3-10x slower, more on a slow machine). TANDEM_TEST_TIME_SCALE
+# overrides the scale; without it an ASan build is detected from its linked runtime. A hang
+# still fails, within limit seconds.
+scale=${TANDEM_TEST_TIME_SCALE:-}
+if [ -z "$scale" ]; then
+  scale=1
+  if ldd "$tandem" 2>/dev/null | grep -q libasan; then scale=5; fi
+fi
+limit=$((60 * scale))
+times=$tmp/case-times.txt  # seconds and command of every case, for the slowest-ten listing
+
 # expect STATUS PATTERN -- ARGS...: run tandem, check exit status and that stderr+stdout match PATTERN.
 expect() {
   local want=$1 pattern=$2
   shift 3
-  local out rc
-  out=$(timeout 60 "$tandem" "$@" 2>&1)  # a hang is a failure (exit 124), not a stuck suite
+  local out rc t0=$EPOCHREALTIME
+  out=$(timeout "$limit" "$tandem" "$@" 2>&1)  # a hang is a failure (exit 124), not a stuck suite
   rc=$?
+  local cmd=$*
+  printf '%s  %s\n' "$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%8.2f", b - a }')" "${cmd//$'\n'/\\n}" >>"$times"
   if [ "$rc" != "$want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
     echo "FAIL: tandem $* -> exit $rc (want $want), output:"
     echo "$out" | head -5 | sed 's/^/    /'
@@ -124,7 +138,7 @@ expect 0 "max_num_seqs: 8" -- validate "$src/workloads/quickstart.yaml" --set en
 expect 0 "policy: continuous" -- validate "$tmp/resolved.yaml"
 
 # Issue #11 (held-out adversarial findings): each class refused where the input is read.
-# expect_t: expect (which runs every case under a 60 s limit: a regression here would hang
+# expect_t: expect (which runs every case under the time limit: a regression here would hang
 # or grow without bound); the name marks the cases that need the limit.
 expect_t() { expect "$@"; }
 # make_ckpt DIR MAX_POS HIDDEN HEADS: a one-layer Llama checkpoint (vocab 4, ffn 2, tied
@@ -274,5 +288,7 @@ expect 2 "bad.yaml:[0-9]+:[0-9]+: field 'hardware.profiled.raw\\[0\\].ms': expec
   validate "$src/workloads/cpu_tiny.yaml" --set hardware="$p12/bad.yaml"
 expect 2 "calibrate: --budget 0: must be in" -- calibrate --model tiny --budget 0 --out "$p12/x.yaml"
 
+echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
+sort -rn "$times" | head -10 | cut -c1-160
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]
