@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "policies/kv_cache.h"
+
 namespace tandem {
 
 int warm_up(executor_i& exec, const WarmUpShape& s) {
@@ -21,12 +23,9 @@ int warm_up(executor_i& exec, const WarmUpShape& s) {
   const int32_t n = std::min({s.max_step_tokens, s.max_model_len, s.num_blocks * bs, 256});
   if (n >= 1) {
     tables.assign(1, {});
-    for (int32_t b = 0; b < (n + bs - 1) / bs; ++b) tables[0].push_back(b);
+    for (int32_t b = 0; b < blocks_for(n, bs); ++b) tables[0].push_back(b);
     plan.clear();
-    plan.seqs.push_back({0, n, 0, true, tables[0]});
-    plan.num_tokens = n;
-    plan.num_prefill_seqs = 1;
-    plan.num_samples = 1;
+    plan.add({0, n, 0, true, tables[0]}, n);
     run();
   }
   const int32_t max_seqs = std::min(s.max_seqs, s.num_blocks);
@@ -37,8 +36,7 @@ int warm_up(executor_i& exec, const WarmUpShape& s) {
   for (int32_t i = 0; i < max_seqs; ++i) tables[size_t(i)] = {i};
   for (int32_t k : sizes) {  // one token each at position 0, every one sampled: a decode-only step
     plan.clear();
-    for (int32_t i = 0; i < k; ++i) plan.seqs.push_back({ReqId(i), 1, 0, true, tables[size_t(i)]});
-    plan.num_tokens = plan.num_samples = plan.num_decode_seqs = k;
+    for (int32_t i = 0; i < k; ++i) plan.add({ReqId(i), 1, 0, true, tables[size_t(i)]}, 0);  // prompt done: a decode
     run();
   }
   return steps;

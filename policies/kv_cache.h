@@ -20,7 +20,7 @@
 
 #include "policies/block_hash.h"
 #include "policies/block_pool.h"
-#include "sim/request.h"
+#include "core/request.h"
 
 namespace tandem {
 
@@ -34,14 +34,17 @@ struct PrefixHit {
   }
 };
 
+// Blocks of `block_size` tokens that `tokens` positions occupy (the last one partly filled).
+inline int32_t blocks_for(int64_t tokens, int32_t block_size) {
+  return static_cast<int32_t>((tokens + block_size - 1) / block_size);
+}
+
 class KvCache {
  public:
   // num_state_slots < 0: the model has no per-sequence state (pure attention).
   KvCache(int32_t num_blocks, int32_t block_size, int32_t num_state_slots, int32_t num_requests);
 
-  int32_t blocks_for(int64_t tokens) const {
-    return static_cast<int32_t>((tokens + block_size_ - 1) / block_size_);
-  }
+  int32_t blocks_for(int64_t tokens) const { return tandem::blocks_for(tokens, block_size_); }
 
   // ---- pure queries ----
   // Blocks that a new admission may still claim: free minus what running requests will need.
@@ -65,7 +68,6 @@ class KvCache {
   int32_t cached_blocks() const { return pool_.num_cached(); }
   int64_t evictions() const { return pool_.num_evictions(); }
   int32_t reserved_remaining() const { return reserved_remaining_; }
-  int32_t free_state_slots() const { return free_slots_; }
   std::span<const int32_t> block_table(ReqId id) const { return tables_[static_cast<size_t>(id)].blocks; }
   int32_t reserved_blocks(ReqId id) const { return tables_[static_cast<size_t>(id)].reserved; }
   const BlockPool& pool() const { return pool_; }

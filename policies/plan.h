@@ -5,8 +5,8 @@
 #include <span>
 #include <vector>
 
-#include "sim/request.h"
-#include "sim/time.h"
+#include "core/request.h"
+#include "core/time.h"
 
 namespace tandem {
 
@@ -18,8 +18,6 @@ struct ScheduledSeq {
   std::span<const int32_t> block_table;  // KV block ids; valid until the scheduler next mutates
 };
 
-constexpr Duration kIdleGap = 1'000'000;  // 1 ms
-
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;
   int32_t num_tokens = 0;       // == sum of seqs[i].num_tokens
@@ -29,9 +27,18 @@ struct StepPlan {
   // Input token ids, seqs in order, num_tokens each. Attached by the engine for executors that
   // compute (real backends); empty in simulated time. The scheduler never reads them.
   std::vector<Token> tokens;
-  // The instance was idle (at least kIdleGap) before this step. Set by the engine; a real
-  // backend pays for waking up (threads, caches, clocks) and a fitted cost model charges it.
+  // The instance was idle before this step (the engine's rule, kIdleGap). Set by the engine; a
+  // real backend pays for waking up (threads, caches, clocks) and a fitted cost model charges it.
   bool after_idle = false;
+  // The one way to put a sequence in a plan: appends it and keeps the counters in step. A
+  // sequence is a prefill while it is still in its prompt (num_computed_before < prompt_len),
+  // so a one-token last prompt chunk counts as a prefill, as the scheduler sees it.
+  void add(const ScheduledSeq& s, int32_t prompt_len) {
+    seqs.push_back(s);
+    num_tokens += s.num_tokens;
+    num_samples += s.samples;
+    ++(s.num_computed_before < prompt_len ? num_prefill_seqs : num_decode_seqs);
+  }
   void clear() {
     seqs.clear();
     tokens.clear();

@@ -22,23 +22,26 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, Kv
   plan_.seqs.reserve(static_cast<size_t>(cfg.max_num_seqs));
 }
 
-bool Scheduler::add_request(ReqId id, Time now, std::span<const BlockHash> prompt_hashes) {
+FailReason Scheduler::arrival_failure(const Request& r) const {
+  const int64_t lifetime = reservation_tokens(r);
+  if (r.prompt_len < 1) return FailReason::EmptyPrompt;
+  if (r.max_output < 1) return FailReason::EmptyOutput;
+  if (lifetime > cfg_.max_model_len) return FailReason::ExceedsMaxModelLen;
+  if (!kv_.fits_at_all(lifetime)) return FailReason::ExceedsKvCapacity;
+  if (!cfg_.enable_chunked_prefill && r.prompt_len > cfg_.max_num_batched_tokens) return FailReason::PromptOverBudget;
+  if (!kv_.has_state_slots()) return FailReason::NoStateSlots;
+  return FailReason::None;
+}
+
+bool Scheduler::add_request(ReqId id, Time now, std::vector<BlockHash> prompt_hashes) {
   Request& r = reqs_[static_cast<size_t>(id)];
-  const int64_t lifetime = int64_t{r.prompt_len} + r.max_output;
-  FailReason why = FailReason::None;
-  if (r.prompt_len < 1) why = FailReason::EmptyPrompt;
-  else if (r.max_output < 1) why = FailReason::EmptyOutput;
-  else if (lifetime > cfg_.max_model_len) why = FailReason::ExceedsMaxModelLen;
-  else if (!kv_.fits_at_all(lifetime)) why = FailReason::ExceedsKvCapacity;
-  else if (!cfg_.enable_chunked_prefill && r.prompt_len > cfg_.max_num_batched_tokens) why = FailReason::PromptOverBudget;
-  else if (!kv_.has_state_slots()) why = FailReason::NoStateSlots;
-  if (why != FailReason::None) {
+  if (const FailReason why = arrival_failure(r); why != FailReason::None) {
     r.fail_reason = why;
     leave(r, RequestStatus::Failed, now);
     return false;
   }
   r.status = RequestStatus::Waiting;
-  if (cfg_.enable_prefix_caching) prompt_hashes_[static_cast<size_t>(id)] = prompt_hashes;
+  if (cfg_.enable_prefix_caching) prompt_hashes_[static_cast<size_t>(id)] = std::move(prompt_hashes);
   waiting_.push_back(id);
   ++num_waiting_;
   return true;
@@ -90,10 +93,7 @@ void Scheduler::add_to_plan(ReqId id, const Request& r, int32_t n) {
   kv_.ensure_capacity(id, int64_t{r.num_computed} + n);
   // Only the step that reaches the end of the sequence samples: a prompt's last chunk, or a decode.
   const bool samples = r.num_computed + n == r.target_len();
-  plan_.seqs.push_back({id, n, r.num_computed, samples, kv_.block_table(id)});
-  plan_.num_tokens += n;
-  plan_.num_samples += samples;
-  ++(r.prefilling() ? plan_.num_prefill_seqs : plan_.num_decode_seqs);
+  plan_.add({id, n, r.num_computed, samples, kv_.block_table(id)}, r.prompt_len);
   budget_left_ -= n;
 }
 
@@ -129,13 +129,13 @@ void Scheduler::admit_waiting(Time now) {
     // the per-prompt chunk cap), as long as fewer than max_num_partial_prefills prompts stay
     // part-way after this step.
     // Prefix hit first (a pure lookup): it shortens what the prompt still has to compute.
-    const int32_t cached = take_prefix_hit(id, r);
+    const int32_t cached = lookup_prefix_hit(id, r);
     const int32_t rest = r.prompt_len - cached;
     int32_t n = rest;
     if (cfg_.enable_chunked_prefill) n = std::min({n, budget_left_, chunk_cap_});
     if (n < rest && (!cfg_.enable_chunked_prefill || partial_after_step_ >= cfg_.max_num_partial_prefills)) return;
     if (n > budget_left_) return;
-    const int64_t lifetime = int64_t{r.prompt_len} + r.max_output;
+    const int64_t lifetime = reservation_tokens(r);
     if (!kv_.can_admit(lifetime, hit_)) return;
     waiting_.pop_front();
     --num_waiting_;
@@ -156,17 +156,17 @@ void Scheduler::admit_waiting(Time now) {
 // Looks up id's cached prefix into hit_ and returns its length in tokens (0 with caching off).
 // At most (prompt_len - 1) tokens: the last prompt token is always computed, because its
 // logits give the first output token; a prompt cached whole recomputes its last block.
-int32_t Scheduler::take_prefix_hit(ReqId id, const Request& r) {
+int32_t Scheduler::lookup_prefix_hit(ReqId id, const Request& r) {
   hit_.clear();
   if (!cfg_.enable_prefix_caching) return 0;
-  const auto hashes = prompt_hashes_[static_cast<size_t>(id)];
+  const std::vector<BlockHash>& hashes = prompt_hashes_[static_cast<size_t>(id)];
   if (hashes.empty()) return 0;
   kv_.match_prefix(hashes, (r.prompt_len - 1) / kv_.block_size(), hit_);
   return static_cast<int32_t>(hit_.blocks.size()) * kv_.block_size();
 }
 
 void Scheduler::leave(Request& r, RequestStatus status, Time now) {
-  if (!prompt_hashes_.empty()) prompt_hashes_[static_cast<size_t>(r.id)] = {};
+  if (!prompt_hashes_.empty()) std::vector<BlockHash>().swap(prompt_hashes_[static_cast<size_t>(r.id)]);
   r.status = status;
   r.finish = now;
 }
@@ -174,7 +174,7 @@ void Scheduler::leave(Request& r, RequestStatus status, Time now) {
 std::span<const ReqId> Scheduler::complete_step(Time now) {
   if (!in_flight_) throw std::logic_error("Scheduler::complete_step: no step in flight");
   in_flight_ = false;
-  left_.clear();
+  left_this_step_.clear();
   for (const ScheduledSeq& s : plan_.seqs) {
     Request& r = reqs_[static_cast<size_t>(s.id)];
     const bool was_prefilling = r.prefilling();
@@ -186,7 +186,7 @@ std::span<const ReqId> Scheduler::complete_step(Time now) {
     if (was_prefilling && cfg_.enable_prefix_caching) {
       auto& hashes = prompt_hashes_[static_cast<size_t>(s.id)];
       if (!hashes.empty()) kv_.publish_full_blocks(s.id, r.num_computed, hashes);
-      if (!r.prefilling()) hashes = {};  // the caller may drop them now
+      if (!r.prefilling()) std::vector<BlockHash>().swap(hashes);  // no later admission needs them
     }
   }
   // Who leaves: finished requests (continuous: at once; static: when the whole batch is done)
@@ -204,7 +204,7 @@ std::span<const ReqId> Scheduler::complete_step(Time now) {
       cancel_pending_[static_cast<size_t>(id)] = 0;
       kv_.release(id);
       leave(r, cancelled && !done_generating(r) ? RequestStatus::Cancelled : RequestStatus::Finished, now);
-      left_.push_back(id);
+      left_this_step_.push_back(id);
     } else {
       running_[keep++] = id;
     }
@@ -216,7 +216,7 @@ std::span<const ReqId> Scheduler::complete_step(Time now) {
       const Request& r = reqs_[static_cast<size_t>(id)];
       return r.status != RequestStatus::Running || !r.prefilling();
     });
-  return left_;
+  return left_this_step_;
 }
 
 }  // namespace tandem

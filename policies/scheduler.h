@@ -31,7 +31,7 @@
 
 #include "policies/kv_cache.h"
 #include "policies/plan.h"
-#include "sim/request.h"
+#include "core/request.h"
 
 namespace tandem {
 
@@ -56,11 +56,14 @@ class Scheduler {
  public:
   Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, KvCache& kv);
 
-  // A request arrives. Returns false if it failed at once (reason set on the request):
-  // a request that can never be served must not wait forever. `prompt_hashes`: the chained
-  // hashes of the prompt's full blocks (prefix caching); the caller keeps them alive until
-  // the request's prompt is computed or it leaves.
-  bool add_request(ReqId id, Time now, std::span<const BlockHash> prompt_hashes = {});
+  // Why a request arriving now could never be served (FailReason::None: it can wait). A pure
+  // query: the engine asks it before doing any per-token work for the request (hashing).
+  FailReason arrival_failure(const Request& r) const;
+  // A request arrives. Returns false if it failed at once (arrival_failure; reason set on the
+  // request): a request that can never be served must not wait forever. `prompt_hashes`: the
+  // chained hashes of the prompt's full blocks (prefix caching). The scheduler owns them from
+  // here, and frees them when the prompt is computed or the request leaves.
+  bool add_request(ReqId id, Time now, std::vector<BlockHash> prompt_hashes = {});
   // Cancel a live request. A request inside the in-flight step leaves when the step ends.
   // Returns true if it left now.
   bool cancel(ReqId id, Time now);
@@ -78,7 +81,9 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   // Running requests whose prompt is part-way computed (chunked prefill), admission order.
   std::span<const ReqId> partial_prefills() const { return partial_; }
-  std::span<const ReqId> running() const { return running_; }
+  // KV tokens a request reserves at admission, for its whole life (no preemption): the prompt
+  // and every token it may generate. One function, so that a role (PD) can change the horizon.
+  static int64_t reservation_tokens(const Request& r) { return int64_t{r.prompt_len} + r.max_output; }
   const KvCache& kv() const { return kv_; }
   const SchedulerConfig& config() const { return cfg_; }
 
@@ -86,7 +91,7 @@ class Scheduler {
   void schedule_running();
   void schedule_partial_prefills();
   void admit_waiting(Time now);
-  int32_t take_prefix_hit(ReqId id, const Request& r);
+  int32_t lookup_prefix_hit(ReqId id, const Request& r);
   void add_to_plan(ReqId id, const Request& r, int32_t n);
   void leave(Request& r, RequestStatus status, Time now);
   ReqId front_waiting();
@@ -101,13 +106,13 @@ class Scheduler {
   std::vector<ReqId> partial_;      // running and still in the prompt after a chunk (<= max_num_partial_prefills + 1)
   int32_t partial_after_step_ = 0;  // of partial_ and this step's admissions: still part-way after this step
   int32_t chunk_cap_ = 0;           // most tokens one prompt chunk may take (budget / max partials)
-  std::vector<std::span<const BlockHash>> prompt_hashes_;  // by ReqId, while the prompt is computed (caching on)
+  std::vector<std::vector<BlockHash>> prompt_hashes_;  // by ReqId, owned while the prompt is computed (caching on)
   PrefixHit hit_;                   // scratch for match_prefix, reused
   std::vector<uint8_t> cancel_pending_;  // by ReqId: cancel arrived while the step was in flight
   StepPlan plan_;
   int32_t budget_left_ = 0;
   bool in_flight_ = false;
-  std::vector<ReqId> left_;
+  std::vector<ReqId> left_this_step_;  // complete_step's answer
 };
 
 }  // namespace tandem

@@ -23,7 +23,7 @@
 #include "sim/config_sections.h"
 #include "sim/config.h"
 #include "sim/engine.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 
 namespace tandem {
 
@@ -214,7 +214,7 @@ Workload grid_workload(const std::string& backend, const std::string& model, con
 }
 
 // Per-step relative errors of the profile on its own grid, by kind, for the printout.
-void print_grid_errors(const OperatorProfile& p, int32_t block_size) {
+void print_grid_errors(const OperatorProfile& p) {
   const ProfiledCostModel model(std::make_shared<OperatorProfile>(p));
   fmt::print("{:>8}{:>6}{:>8}{:>9}{:>8}{:>12}{:>12}{:>9}\n", "kind", "seqs", "tokens", "context", "sample", "measured_ms",
              "model_ms", "error");
@@ -222,26 +222,19 @@ void print_grid_errors(const OperatorProfile& p, int32_t block_size) {
   for (const ProfileStep& s : p.raw) {
     if (s.idle) continue;
     StepPlan plan;
-    std::vector<std::pair<int32_t, int32_t>> seqs;
-    if (s.kind == "mixed") {
-      seqs.push_back({0, s.tokens});
-      for (int32_t i = 0; i < s.seqs; ++i) seqs.push_back({s.context, 1});
+    const bool samples = s.sampled || s.kind == "mixed";
+    if (s.kind == "mixed") {  // the file records the prompt's size in tokens
+      plan.add({0, s.tokens, 0, true, {}}, s.tokens);
+      for (int32_t i = 0; i < s.seqs; ++i) plan.add({ReqId(i + 1), 1, s.context, true, {}}, s.context);
     } else {
-      for (int32_t i = 0; i < s.seqs; ++i) seqs.push_back({s.context, s.tokens});
-    }
-    for (auto [c0, n] : seqs) {
-      const bool samples = s.sampled || s.kind == "mixed";
-      plan.seqs.push_back({ReqId(plan.seqs.size()), n, c0, samples, {}});
-      plan.num_tokens += n;
-      plan.num_samples += samples;
-      ++(n == 1 && c0 > 0 ? plan.num_decode_seqs : plan.num_prefill_seqs);
+      const int32_t prompt_len = s.kind == "decode" ? s.context : s.context + s.tokens;
+      for (int32_t i = 0; i < s.seqs; ++i) plan.add({ReqId(i), s.tokens, s.context, samples, {}}, prompt_len);
     }
     const double pred = model.estimate(plan).total_s();
     fmt::print("{:>8}{:>6}{:>8}{:>9}{:>8}{:>12.3f}{:>12.3f}{:>8.1f}%{}\n", s.kind, s.seqs, s.tokens, s.context,
                s.sampled ? "yes" : "", s.seconds * 1e3, pred * 1e3, 100 * (pred - s.seconds) / s.seconds,
                s.kind == "mixed" ? "  (composition check)" : "");
   }
-  (void)block_size;
 }
 
 }  // namespace
@@ -328,7 +321,7 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
                          backend == "cuda" ? fmt::format(", cuda_graph {}, cuda_attention {}", w.engine.cuda_graph,
                                                          w.engine.cuda_attention)
                                            : "");
-  print_grid_errors(p, w.engine.block_size);
+  print_grid_errors(p);
   std::string notes;
   if (p.idle_samples < kMinIdleSamples)
     notes += fmt::format("idle factor 1: only {} after-idle samples ({} needed)\n", p.idle_samples, kMinIdleSamples);

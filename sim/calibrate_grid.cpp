@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "backend/warmup.h"
+#include "policies/kv_cache.h"
 #include "sim/calibrate.h"
 #include "sim/engine.h"
 
@@ -21,26 +22,24 @@ struct Shape {
   int32_t prompt = 0;  // mixed: the prompt's tokens (step.tokens is the decodes' 1)
 };
 
-int32_t blocks_for(int32_t tokens, int32_t bs) { return (tokens + bs - 1) / bs; }
-
 // The plan of a shape; block tables from `next` up, every sequence its own blocks (a shared
 // context would sit in cache and read faster than a real batch's).
 StepPlan plan_of(const Shape& sh, int32_t bs, std::vector<std::vector<int32_t>>& tables) {
   const ProfileStep& s = sh.step;
-  std::vector<std::pair<int32_t, int32_t>> seqs;  // (context, new tokens)
-  if (s.kind == "mixed") seqs.push_back({0, sh.prompt});
-  for (int32_t i = 0; i < s.seqs; ++i) seqs.push_back({s.context, s.tokens});
+  // (context, new tokens, prompt length): decodes (and a mixed step's running sequences) have
+  // their prompt behind them; every other sequence is a prompt or a prompt's chunk.
+  struct Seq { int32_t context, tokens, prompt_len; };
+  std::vector<Seq> seqs;
+  if (s.kind == "mixed") seqs.push_back({0, sh.prompt, sh.prompt});
+  const bool decodes = s.kind == "decode" || s.kind == "mixed";
+  for (int32_t i = 0; i < s.seqs; ++i) seqs.push_back({s.context, s.tokens, decodes ? s.context : s.context + s.tokens});
   tables.assign(seqs.size(), {});
   StepPlan p;
   int32_t next = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    const auto [c0, n] = seqs[i];
-    for (int32_t b = 0; b < blocks_for(c0 + n, bs); ++b) tables[i].push_back(next++);
-    const bool samples = s.sampled || (s.kind == "mixed");
-    p.seqs.push_back({ReqId(i), n, c0, samples, tables[i]});
-    p.num_tokens += n;
-    p.num_samples += samples;
-    ++(n == 1 && c0 > 0 ? p.num_decode_seqs : p.num_prefill_seqs);
+    const Seq& q = seqs[i];
+    for (int32_t b = 0; b < blocks_for(q.context + q.tokens, bs); ++b) tables[i].push_back(next++);
+    p.add({ReqId(i), q.tokens, q.context, s.sampled || s.kind == "mixed", tables[i]}, q.prompt_len);
   }
   p.tokens.assign(size_t(p.num_tokens), Token(1));
   return p;
@@ -109,9 +108,7 @@ OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& L, 
       for (int32_t i = 0; i < seqs; ++i) {
         for (int32_t b = 0; b < per_seq / L.block_size; ++b)
           tables[size_t(i)].push_back(std::min(L.num_blocks - 1, b0 + i * per_seq / L.block_size + b));
-        p.seqs.push_back({ReqId(i), per_seq, 0, false, tables[size_t(i)]});
-        p.num_tokens += per_seq;
-        ++p.num_prefill_seqs;
+        p.add({ReqId(i), per_seq, 0, false, tables[size_t(i)]}, per_seq);
       }
       for (int32_t t = 0; t < p.num_tokens; ++t) p.tokens.push_back(Token((t * 7919 + b0) % std::max(2, L.vocab)));
       exec.execute(p);

@@ -12,7 +12,7 @@
 
 #include "sim/config.h"
 #include "sim/csv.h"
-#include "sim/json_strict.h"
+#include "core/json_strict.h"
 
 namespace tandem {
 

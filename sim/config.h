@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend/specs.h"
-#include "sim/error.h"
+#include "core/error.h"
 #include "policies/scheduler.h"
 
 namespace tandem {

@@ -6,16 +6,15 @@
 #include <variant>
 #include <vector>
 
-#include "sim/request.h"
-#include "sim/time.h"
+#include "core/request.h"
+#include "core/time.h"
 
 namespace tandem {
 
 struct Arrival { ReqId id; };
-struct StepDone { int32_t instance; };
-struct TransferDone { ReqId id; };  // PD separation (a later stage)
+struct StepDone { int32_t instance; };  // the instance whose in-flight step ended
 struct Cancel { ReqId id; };
-using Event = std::variant<Arrival, StepDone, TransferDone, Cancel>;
+using Event = std::variant<Arrival, StepDone, Cancel>;
 
 struct TimedEvent {
   Time time;
@@ -27,7 +26,6 @@ class EventQueue {
  public:
   void post(Time t, Event e) { heap_.push(TimedEvent{t, next_seq_++, e}); }
   bool empty() const { return heap_.empty(); }
-  size_t size() const { return heap_.size(); }
   const TimedEvent& top() const { return heap_.top(); }
   TimedEvent pop() {
     TimedEvent e = heap_.top();

@@ -77,7 +77,7 @@ int generate_command(const std::vector<std::string>& args) {
   if (total > m.max_model_len)
     throw InputError(fmt::format("generate: prompt ({}) + --max-tokens ({}) exceeds the model's max_model_len ({})",
                                  prompt.size(), n_new, m.max_model_len));
-  const int32_t bs = 16, blocks = int32_t((total + bs - 1) / bs);
+  const int32_t bs = 16, blocks = blocks_for(total, bs);  // any block size: the model is invariant to it
   cpu::LlamaModel model(m, std::move(w), blocks, bs);
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int32_t b = 0; b < blocks; ++b) table[size_t(b)] = b;
@@ -87,9 +87,7 @@ int generate_command(const std::vector<std::string>& args) {
   std::vector<float> logits, all;
   for (int32_t pos = 0; pos + 1 < total; ++pos) {
     StepPlan plan;
-    plan.seqs.push_back({0, 1, pos, true, table});
-    plan.num_tokens = 1;
-    plan.num_samples = 1;
+    plan.add({0, 1, pos, true, table}, int32_t(prompt.size()));
     plan.tokens = {seq[size_t(pos)]};
     sampled.clear();
     model.forward(plan, plan.tokens, sampled, &logits);

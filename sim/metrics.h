@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "sim/config.h"
-#include "sim/request.h"
+#include "core/request.h"
 
 namespace tandem {
 

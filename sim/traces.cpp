@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/csv.h"
-#include "sim/json_strict.h"
+#include "core/json_strict.h"
 
 namespace tandem {
 

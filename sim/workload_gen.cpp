@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "sim/rng.h"
+#include "core/rng.h"
 #include "sim/traces.h"
 
 namespace tandem {

@@ -11,7 +11,7 @@
 #include "backend/cost_model.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/llama.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 
 using namespace tandem;
 using namespace tandem::cpu;

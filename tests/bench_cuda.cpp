@@ -25,7 +25,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 
 using namespace tandem;
 using json = nlohmann::json;

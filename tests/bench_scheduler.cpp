@@ -63,7 +63,7 @@ double one_call_us(const Fixture& f, int* planned) {
       for (int b = 0; b < blocks; ++b) hashes[size_t(i)].push_back(block_hash(b < f.shared_blocks ? 0 : uint64_t(i) + 1, uint64_t(b)));
     }
   KvCache kv((1 << 20) / f.block_size, f.block_size, -1, n + warm);
-  Scheduler s({BatchingPolicy::Continuous, std::max(1, n), f.budget, 1 << 20, f.chunked, 1, f.caching}, reqs, kv);
+  Scheduler s({.policy = BatchingPolicy::Continuous, .max_num_seqs = std::max(1, n), .max_num_batched_tokens = f.budget, .max_model_len = 1 << 20, .enable_chunked_prefill = f.chunked, .max_num_partial_prefills = 1, .enable_prefix_caching = f.caching}, reqs, kv);
   if (warm) {  // the shared prefix computed (and published) by a request that then leaves
     reqs[size_t(n)].id = n;
     reqs[size_t(n)].prompt_len = f.shared_blocks * f.block_size;

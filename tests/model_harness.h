@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "policies/plan.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 
 namespace tandem::testing {
 

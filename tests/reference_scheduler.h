@@ -29,7 +29,7 @@
 
 #include "policies/block_hash.h"
 #include "policies/plan.h"
-#include "sim/request.h"
+#include "core/request.h"
 
 namespace tandem::testing {
 

@@ -5,7 +5,7 @@
 #include "backend/cost_model.h"
 #include "sim/calibrate.h"
 #include "sim/config.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 
 using namespace tandem;
 

@@ -7,7 +7,7 @@
 
 #include "sim/config.h"
 #include "sim/prompt_hashes.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 #include "sim/traces.h"
 #include "sim/workload_gen.h"
 #include "tests/test_helpers.h"

@@ -10,7 +10,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/llama.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 #include "tests/model_harness.h"
 #include "tests/small_models.h"
 

@@ -23,7 +23,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/specs.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 #include "tests/small_models.h"
 
 namespace {

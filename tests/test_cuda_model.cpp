@@ -21,7 +21,7 @@
 #include "sim/clock.h"
 #include "sim/config.h"
 #include "sim/engine.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 #include "sim/workload_gen.h"
 #include "tests/model_harness.h"
 #include "tests/small_models.h"

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "policies/scheduler.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 #include "tests/reference_scheduler.h"
 
 using namespace tandem;
@@ -67,8 +67,7 @@ TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 rand
     Case c = random_case(seed);
     std::vector<Request> a = c.reqs, b = c.reqs;
     KvCache kv(c.cfg.num_blocks, c.cfg.block_size, c.cfg.state_slots, int32_t(a.size()));
-    SchedulerConfig sc{c.cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous, c.cfg.max_num_seqs,
-                       c.cfg.budget, c.cfg.max_model_len, c.cfg.chunked, c.cfg.max_partials};
+    SchedulerConfig sc{.policy = c.cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous, .max_num_seqs = c.cfg.max_num_seqs, .max_num_batched_tokens = c.cfg.budget, .max_model_len = c.cfg.max_model_len, .enable_chunked_prefill = c.cfg.chunked, .max_num_partial_prefills = c.cfg.max_partials};
     Scheduler fast(sc, a, kv);
     ReferenceScheduler ref(c.cfg, b);
     Rng rng(seed * 7919);
@@ -236,8 +235,7 @@ TEST_CASE("differential: prefix caching == naive reference on 2000 random shared
     (c.cfg.prefix_caching ? cases_on : cases_off)++;
     std::vector<Request> a = c.reqs, b = c.reqs;
     KvCache kv(c.cfg.num_blocks, c.cfg.block_size, c.cfg.state_slots, int32_t(a.size()));
-    SchedulerConfig sc{c.cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous, c.cfg.max_num_seqs,
-                       c.cfg.budget, c.cfg.max_model_len, c.cfg.chunked, c.cfg.max_partials, c.cfg.prefix_caching};
+    SchedulerConfig sc{.policy = c.cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous, .max_num_seqs = c.cfg.max_num_seqs, .max_num_batched_tokens = c.cfg.budget, .max_model_len = c.cfg.max_model_len, .enable_chunked_prefill = c.cfg.chunked, .max_num_partial_prefills = c.cfg.max_partials, .enable_prefix_caching = c.cfg.prefix_caching};
     Scheduler fast(sc, a, kv);
     ReferenceScheduler ref(c.cfg, b);
     Rng rng(seed * 7919 + 1);

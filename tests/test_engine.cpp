@@ -2,13 +2,15 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "backend/cost_model.h"
 #include "sim/engine.h"
 #include "sim/events.h"
 #include "sim/outputs.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 #include "tests/test_helpers.h"
 
 using namespace tandem;
@@ -108,14 +110,64 @@ TEST_CASE("events pop by time, then by posting order") {
     auto e = q.pop();
     got.push_back({e.time, e.event.index()});
   }
-  CHECK(got == std::vector<std::pair<Time, size_t>>{{3, 3}, {3, 0}, {5, 0}, {5, 1}});
+  CHECK(got == std::vector<std::pair<Time, size_t>>{{3, 2}, {3, 0}, {5, 0}, {5, 1}});  // Cancel is index 2
 }
 
-TEST_CASE("virtual clock never goes back") {
+TEST_CASE("virtual clock never goes back, and yields to a non-empty inbox") {
   VirtualClock c;
-  c.advance_to(10);
-  c.advance_to(5);
+  Inbox inbox;
+  CHECK(c.wait_until(10, inbox));
+  CHECK(c.wait_until(5, inbox));
   CHECK(c.now() == 10);
+  inbox.post(Cancel{3});
+  CHECK_FALSE(c.wait_until(20, inbox));  // take the post in first
+  CHECK(c.now() == 10);
+  std::vector<Event> got;
+  CHECK(inbox.drain([&](Event&& e) { got.push_back(e); }) == 1);
+  REQUIRE(got.size() == 1);
+  CHECK(std::get<Cancel>(got[0]).id == 3);
+  CHECK(inbox.empty());
+  CHECK(c.wait_until(20, inbox));
+  CHECK(c.now() == 20);
+}
+
+TEST_CASE("wall clock: a post from another thread cuts a wait for a far event short") {
+  WallClock c;
+  Inbox inbox;
+  const Time far = c.now() + from_seconds(30);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread poster([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    inbox.post(StepDone{0});
+  });
+  const bool reached = c.wait_until(far, inbox);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  poster.join();
+  CHECK_FALSE(reached);
+  CHECK(waited >= 0.015);  // it did wait for the post, not return at once
+  CHECK(waited < 5.0);     // the bound: far below the 30 s the event is due at
+  int n = 0;
+  inbox.drain([&](Event&& e) { n += std::holds_alternative<StepDone>(e); });
+  CHECK(n == 1);
+  // With nothing posted, a wait for a near time returns when that time comes.
+  CHECK(c.wait_until(c.now() + from_seconds(0.01), inbox));
+}
+
+TEST_CASE("the engine takes in what other threads posted: a cancel through the inbox ends a running request") {
+  const std::string y = R"(model: llama3-8b
+hardware: h200
+requests: {count: 2, arrival: {process: burst}, prompt_len: 100, output_len: 1000}
+)";
+  Workload w = parse_workload(y, "inbox.yaml");
+  VirtualClock clock;
+  SimExecutor exec(make_cost_model(w.model, w.hardware, w.engine.tp));
+  Engine e(w, generate_requests(w), exec, clock);
+  e.inbox().post(Cancel{1});  // taken in at time 0, before any event
+  const Summary s = e.run();
+  CHECK(s.cancelled == 1);
+  CHECK(s.finished == 1);
+  CHECK(e.requests()[1].status == RequestStatus::Cancelled);
+  CHECK(e.requests()[1].generated == 0);
 }
 
 TEST_CASE("property: 300 random workloads, chunked and not, held + reserved <= capacity at every step, no request lost") {

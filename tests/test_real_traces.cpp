@@ -13,7 +13,7 @@
 #include "backend/cost_model.h"
 #include "sim/engine.h"
 #include "sim/prefix_bound.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 #include "sim/traces.h"
 
 using namespace tandem;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/step_meta.h"
-#include "sim/rng.h"
+#include "core/rng.h"
 
 using namespace tandem;
 using namespace tandem::cuda;

@@ -16,8 +16,8 @@
 #include <optional>
 #include <sstream>
 
-#include "sim/error.h"
-#include "sim/json_strict.h"
+#include "core/error.h"
+#include "core/json_strict.h"
 
 namespace tandem {
 namespace {

@@ -1,6 +1,6 @@
 // Hugging Face-style checkpoint folders: config.json plus one or more *.safetensors shards.
 // Tensors are read converted to fp32 (the CPU backend computes in fp32 whatever the stored
-// dtype). Every problem with the input throws tandem::InputError (sim/error.h) naming the
+// dtype). Every problem with the input throws tandem::InputError (core/error.h) naming the
 // file and, where there is one, the tensor.
 #pragma once
 #include <cstdint>

@@ -5,7 +5,7 @@
 
 #include <chrono>
 
-#include "sim/error.h"
+#include "core/error.h"
 
 namespace tandem::cpu {
 

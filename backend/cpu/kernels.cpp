@@ -1,6 +1,6 @@
 #include "backend/cpu/kernels.h"
 
-#include "sim/error.h"
+#include "core/error.h"
 
 #include <Eigen/Core>
 #include <algorithm>

@@ -12,8 +12,8 @@
 #include <omp.h>
 #endif
 #include "backend/cpu/kernels.h"
-#include "sim/error.h"
-#include "sim/rng.h"
+#include "core/error.h"
+#include "core/rng.h"
 
 namespace tandem::cpu {
 

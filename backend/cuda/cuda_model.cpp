@@ -14,7 +14,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/nccl_communicator.h"
 #include "backend/cuda/step_meta.h"
-#include "sim/error.h"
+#include "core/error.h"
 
 namespace tandem::cuda {
 

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <string>
 
-#include "sim/error.h"
+#include "core/error.h"
 
 namespace tandem_fuzz {
 

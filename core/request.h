@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "sim/time.h"
+#include "core/time.h"
 
 namespace tandem {
 
