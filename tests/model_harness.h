@@ -29,9 +29,7 @@ class StepHarness {
     StepPlan plan;
     for (auto& [s, n] : work) {
       grow(*s, s->computed + n);
-      plan.seqs.push_back({0, n, s->computed, true, s->table});
-      plan.num_tokens += n;
-      plan.num_samples += 1;
+      plan.add({0, n, s->computed, true, s->table}, s->computed + n);  // every step is a prompt chunk here
       for (int32_t i = 0; i < n; ++i) plan.tokens.push_back(s->tokens.at(size_t(s->computed + i)));  // checked: a test bug throws
     }
     std::vector<Token> sampled;

@@ -2,6 +2,9 @@
 // and a profile file drives simulated time.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "backend/cost_model.h"
 #include "sim/calibrate.h"
 #include "sim/config.h"
@@ -40,22 +43,40 @@ TEST_CASE("fit_cost_model recovers the coefficients of exactly linear data") {
   CHECK(c.per_sample_s == doctest::Approx(truth.per_sample_s).epsilon(1e-6));
 }
 
-TEST_CASE("fit_cost_model drops terms that would come out negative") {
-  // Time falls slightly with the number of sequences: an unconstrained fit would give
-  // per_seq < 0; the fit must keep every coefficient >= 0.
+TEST_CASE("fit_cost_model drops terms that would come out negative, and refits the others") {
+  // Time falls with the number of sequences (tokens and sequences vary independently): the
+  // unconstrained fit has per_seq < 0. The fit must keep every coefficient >= 0 and, having
+  // dropped the negative terms, fit the others again: a least-squares fit on the terms it keeps,
+  // so its weighted residuals are orthogonal to each kept column. Clamping the negative term to
+  // 0 without the refit leaves the others fitted for it, and every step comes out too slow.
   std::vector<CalibrationPoint> pts;
-  for (int s = 1; s <= 20; ++s) {
+  for (int i = 0; i < 40; ++i) {
     PlanFeatures f;
-    f.seqs = s;
-    f.samples = s;
-    f.tokens = 100.0 * s;
+    f.seqs = 1 + i / 5;
+    f.samples = f.seqs;
+    f.tokens = 100.0 * (1 + i % 5);
     f.context_tokens = f.tokens;
     f.attn_pairs = f.tokens;
-    pts.push_back({f, 1e-3 + 1e-5 * f.tokens - 2e-6 * s});
+    pts.push_back({f, 1e-3 + 1e-5 * f.tokens - 2e-5 * f.seqs});
   }
   const FittedCoefficients c = fit_cost_model(pts);
   for (double v : {c.overhead_s, c.per_token_s, c.per_seq_s, c.per_attn_pair_s, c.per_context_token_s, c.per_sample_s})
     CHECK(v >= 0);
+  CHECK(c.per_seq_s == 0);
+  CHECK(c.per_sample_s == 0);
+  REQUIRE(c.overhead_s > 0);
+  // The fit minimises relative error: rows weighted by 1/t. Residual r_i = pred_i / t_i - 1.
+  double dot_overhead = 0, dot_tokens = 0, norm = 0, worst = 0;
+  for (const CalibrationPoint& p : pts) {
+    const double r = predict_seconds(c, p.f, false) / p.seconds - 1, w = 1 / p.seconds;
+    dot_overhead += r * w;
+    dot_tokens += r * w * p.f.tokens;
+    norm += w;
+    worst = std::max(worst, std::fabs(r));
+  }
+  CHECK(std::fabs(dot_overhead) / norm < 1e-9);
+  CHECK(std::fabs(dot_tokens) / (norm * 300) < 1e-9);
+  CHECK(worst < 0.1);  // and the kept terms still describe the data
 }
 
 TEST_CASE("a hardware profile with fitted coefficients drives the cost model, for its model only") {
@@ -72,9 +93,7 @@ requests: {count: 1, arrival: {process: burst}, prompt_len: 10, output_len: 2}
   REQUIRE(w.hardware.fitted);
   auto model = make_cost_model(w.model, w.hardware);
   StepPlan p;
-  p.seqs.push_back({0, 10, 0, true, {}});
-  p.num_tokens = 10;
-  p.num_samples = 1;
+  p.add({0, 10, 0, true, {}}, 10);
   // 100 + 10*10 + 1*1 + 55 pairs*1ns + 10 ctx*2ns + 3 = 204.075 us
   CHECK(model->estimate(p).total_s() == doctest::Approx(204.075e-6).epsilon(1e-9));
   std::string other = prof;

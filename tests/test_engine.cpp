@@ -296,9 +296,7 @@ requests: {count: 1, arrival: {process: burst}, prompt_len: 1000, output_len: 11
   Summary s = run.engine->run();
   const Request& r = run.engine->requests()[0];
   StepPlan prefill;
-  prefill.seqs.push_back({0, 1000, 0, true, {}});
-  prefill.num_tokens = 1000;
-  prefill.num_samples = 1;
+  prefill.add({0, 1000, 0, true, {}}, 1000);
   AnalyticalCostModel m(run.w.model, run.w.hardware);
   CHECK(r.first_token == from_seconds(m.estimate(prefill).total_s()));
   CHECK(s.steps == 11);
@@ -345,9 +343,7 @@ TEST_CASE("the cost model charges tensor parallelism: compute over N, two all-re
   const Workload w = parse_workload("model: llama3-8b\nhardware: h200\nrequests: {count: 1, arrival: {process: burst}, "
                                     "prompt_len: 10, output_len: 2}\n", "w.yaml");
   StepPlan p;
-  p.seqs.push_back({0, 2048, 0, true, {}});
-  p.num_tokens = 2048;
-  p.num_samples = 1;
+  p.add({0, 2048, 0, true, {}}, 2048);
   const StepCost one = AnalyticalCostModel(w.model, w.hardware, 1).estimate(p);
   const StepCost two = AnalyticalCostModel(w.model, w.hardware, 2).estimate(p);
   CHECK(one.comm_s == 0);

@@ -3,6 +3,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <tuple>
+
 #include "backend/cpu/cpu_executor.h"
 #include "sim/engine.h"
 #include "tests/golden.h"
@@ -62,12 +65,36 @@ using namespace tandem::testing;
 
 const Override kNoChunking{"engine.enable_chunked_prefill", "false"};
 
+namespace {
+// The schedule a run followed, step by step ((id, tokens, context) of every sequence), so a test
+// can show that the runs it compares really scheduled differently, else it would prove nothing.
+struct ScheduleLog : run_observer_i {
+  std::vector<std::tuple<ReqId, int32_t, int32_t>> seqs;
+  std::vector<size_t> step_ends;
+  int32_t max_batch = 0;
+  void on_step(const StepRecord& r) override {
+    for (const ScheduledSeq& s : r.plan->seqs) seqs.push_back({s.id, s.num_tokens, s.num_computed_before});
+    step_ends.push_back(seqs.size());
+    max_batch = std::max(max_batch, int32_t(r.plan->seqs.size()));
+  }
+  bool operator==(const ScheduleLog& o) const { return seqs == o.seqs && step_ends == o.step_ends; }
+};
+
+std::vector<std::vector<Token>> golden_logged(const std::string& wl, const std::vector<Override>& o, ScheduleLog& log) {
+  CpuRun run = run_on_cpu(wl, o, &log);
+  for (const Request& r : run.requests)
+    REQUIRE_MESSAGE(r.status == RequestStatus::Finished, "request ", r.id, " ended ", to_string(r.status));
+  return std::move(run.outputs);
+}
+}  // namespace
+
 TEST_CASE("golden (stage 1): static vs continuous batching, and continuous at several max_num_seqs and budgets") {
   const std::string wl = source_path("workloads/golden_small.yaml");
-  const auto base = golden_outputs(wl, {kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}});
+  ScheduleLog base_log;
+  const auto base = golden_logged(wl, {kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, base_log);
   size_t tokens = 0;
   for (const auto& o : base) tokens += o.size();
-  MESSAGE("baseline: ", base.size(), " requests, ", tokens, " output tokens");
+  MESSAGE("baseline: ", base.size(), " requests, ", tokens, " output tokens, ", base_log.step_ends.size(), " steps");
   const std::vector<GoldenRun> runs = {
       {"continuous, 16 seats", {kNoChunking}},
       {"continuous, 2 seats", {kNoChunking, {"engine.max_num_seqs", "2"}}},
@@ -75,8 +102,11 @@ TEST_CASE("golden (stage 1): static vs continuous batching, and continuous at se
       {"static, 40 seats", {kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "40"}}},
   };
   for (const auto& run : runs) {
-    const std::string diff = first_divergence(base, golden_outputs(wl, run.overrides));
+    ScheduleLog log;
+    const std::string diff = first_divergence(base, golden_logged(wl, run.overrides, log));
     CHECK_MESSAGE(diff.empty(), run.label, ": ", diff);
+    CHECK_MESSAGE(!(log == base_log), run.label, ": scheduled exactly as the baseline, so it proves nothing");
+    MESSAGE(run.label, ": ", log.step_ends.size(), " steps, at most ", log.max_batch, " sequences a step");
   }
 }
 

@@ -75,12 +75,7 @@ OperatorProfile truth_profile() {
 
 StepPlan plan_of(const std::vector<std::tuple<int, int, bool>>& seqs) {
   StepPlan p;
-  for (auto [c, n, s] : seqs) {
-    p.seqs.push_back({ReqId(p.seqs.size()), n, c, s, {}});
-    p.num_tokens += n;
-    p.num_samples += s;
-    ++(n == 1 && c > 0 ? p.num_decode_seqs : p.num_prefill_seqs);
-  }
+  for (auto [c, n, s] : seqs) p.add({ReqId(p.seqs.size()), n, c, s, {}}, n == 1 && c > 0 ? c : c + n);  // 1 after c: a decode
   return p;
 }
 }  // namespace
