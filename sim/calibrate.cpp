@@ -108,10 +108,9 @@ struct ServedRun {
   double loop_gap_s = 0;
 };
 
+// A backend's factory is given for cuda only; cpu is built here.
 std::unique_ptr<executor_i> executor_for(Workload& w, const ExecutorFactory* factory) {
-  return factory ? (*factory)(w)
-                 : cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
-                                          w.engine.deterministic, w.engine.tp);
+  return make_executor(w, factory ? "cuda" : "cpu", factory);
 }
 
 WarmUpShape warm_up_shape(const Workload& w) {

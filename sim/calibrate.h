@@ -12,6 +12,7 @@
 #include "backend/cost_model.h"
 #include "backend/executor.h"
 #include "sim/config.h"
+#include "sim/executors.h"
 
 namespace tandem {
 
@@ -60,7 +61,6 @@ std::string refine_profile(OperatorProfile& p, const std::vector<ServedStep>& st
 // Backends other than the CPU one, by name, as the CLI builds them for a workload (the CUDA
 // backend is its own library, tandem_cuda, which tandem_sim does not link). Live mode (--workload) runs on any of them; grid
 // mode (--model) is CPU-only.
-using ExecutorFactory = std::function<std::unique_ptr<executor_i>(Workload&)>;
 int calibrate_command(const std::vector<std::string>& args, const std::map<std::string, ExecutorFactory>& backends = {});
 
 }  // namespace tandem

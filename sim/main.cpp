@@ -22,6 +22,7 @@
 #include "sim/generate.h"
 #include "sim/config.h"
 #include "sim/engine.h"
+#include "sim/executors.h"
 #include "sim/outputs.h"
 #include "sim/prefix_bound.h"
 
@@ -112,23 +113,13 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   const std::string backend = vm["backend"].as<std::string>();
   if (given("threads") && backend != "cpu")
     throw InputError(fmt::format("--threads: only the CPU backend uses threads (this run's backend is {})", backend));
-  std::unique_ptr<executor_i> exec;
-  if (backend == "sim") {
-    exec = std::make_unique<SimExecutor>(make_cost_model(w.model, w.hardware, w.engine.tp));
-  } else if (backend == "cpu") {
-    cpu::set_threads(vm["threads"].as<int>());
-    exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
-                                     w.engine.deterministic, w.engine.tp);
-  } else if (backend == "cuda") {
+  if (backend == "cpu") cpu::set_threads(vm["threads"].as<int>());
 #ifdef TANDEM_HAVE_CUDA
-    exec = cuda_executor_for(w);
+  const ExecutorFactory cuda_factory = cuda_executor_for;
+  std::unique_ptr<executor_i> exec = make_executor(w, backend, &cuda_factory);
 #else
-    throw InputError("--backend cuda: this build has no CUDA backend (configure with -Dcuda=enabled where nvcc, "
-                     "cuBLAS and NCCL are installed)");
+  std::unique_ptr<executor_i> exec = make_executor(w, backend);
 #endif
-  } else {
-    throw InputError(fmt::format("--backend {}: unknown (known: sim, cpu, cuda)", backend));
-  }
   const std::string clock_name = vm.count("clock") ? vm["clock"].as<std::string>() : (exec->simulated() ? "virtual" : "wall");
   if (clock_name != "wall" && clock_name != "virtual") throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
   if (clock_name == "wall" && exec->simulated()) throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_executor.h"
 #include "sim/engine.h"
+#include "sim/executors.h"
 #include "tests/golden.h"
 #include "tests/test_helpers.h"
 
@@ -23,8 +24,7 @@ struct CpuRun {
 
 CpuRun run_on_cpu(const std::string& workload, const std::vector<Override>& overrides, run_observer_i* observer = nullptr) {
   Workload w = load_workload(workload, overrides);
-  auto exec = cpu::make_cpu_executor(w.model, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size,
-                                     w.engine.deterministic, w.engine.tp);
+  auto exec = make_executor(w, "cpu");
   VirtualClock clock;  // measured step times, no waiting between events: fast and still a real backend
   Engine e(w, generate_requests(w), *exec, clock);
   if (observer) e.add_observer(observer);

@@ -17,8 +17,9 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   return r;
 }
 
-std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int32_t num_blocks, int32_t block_size,
-                                               bool deterministic, int32_t tp) {
+std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, const CpuExecutorOptions& opt) {
+  const int32_t num_blocks = opt.kv_blocks, block_size = opt.block_size, tp = opt.tp;
+  const bool deterministic = opt.deterministic;
   const double kv_bytes = m.kv_bytes_per_token(4) * double(num_blocks) * block_size;  // fp32, all ranks
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   if (kv_bytes > 0.5 * ram)

@@ -21,9 +21,16 @@ class CpuExecutor final : public executor_i {
   LlamaModel model_;
 };
 
+// As CudaExecutorOptions: each field from the engine section of a workload.
+struct CpuExecutorOptions {
+  int32_t kv_blocks = 0;      // KV cache blocks (engine.resolved_kv_blocks)
+  int32_t block_size = 16;    // tokens per block (engine.block_size)
+  int32_t tp = 1;             // in-process ranks the model is split over (engine.tp)
+  bool deterministic = true;  // batch/chunk-invariant GEMMs (engine.deterministic)
+};
+
 // Builds the model for a workload: checkpoint weights if model.checkpoint is set, else dummy
 // weights from the seed. Checks that the KV store fits in memory.
-std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, int32_t num_blocks, int32_t block_size,
-                                               bool deterministic = true, int32_t tp = 1);
+std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, const CpuExecutorOptions& opt);
 
 }  // namespace tandem::cpu
