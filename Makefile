@@ -44,7 +44,7 @@ $(SAN_BUILD)/build.ninja:
 	  -Dcpp_args=-fno-sanitize-recover=undefined -Dcuda=disabled
 
 test-sanitize: $(SAN_BUILD)/build.ninja
-	ninja -C $(SAN_BUILD) tandem tests/unit_tests
+	ninja -C $(SAN_BUILD) tandem tests/unit_tests tests/policies_tests
 	ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  meson test -C $(SAN_BUILD) --suite unit --no-rebuild --print-errorlogs --timeout-multiplier 5
 

@@ -34,6 +34,8 @@ struct PrefixHit {
   }
 };
 
+constexpr int32_t kDefaultBlockSize = 16;  // tokens per KV block, as vLLM's default
+
 // Blocks of `block_size` tokens that `tokens` positions occupy (the last one partly filled).
 inline int32_t blocks_for(int64_t tokens, int32_t block_size) {
   return static_cast<int32_t>((tokens + block_size - 1) / block_size);

@@ -194,8 +194,8 @@ std::string to_yaml(const Workload& w) {
   n["engine"] = engine_yaml(w.engine);
   n["requests"] = requests_yaml(w.requests);
   if (w.slo.any()) {
-    if (w.slo.ttft_ms > 0) n["slo"]["ttft_ms"] = num(w.slo.ttft_ms);
-    if (w.slo.tpot_ms > 0) n["slo"]["tpot_ms"] = num(w.slo.tpot_ms);
+    if (w.slo.ttft_ms > 0) n["slo"]["ttft_ms"] = yaml_number(w.slo.ttft_ms);
+    if (w.slo.tpot_ms > 0) n["slo"]["tpot_ms"] = yaml_number(w.slo.tpot_ms);
   }
   YAML::Emitter out;
   out << n;

@@ -75,14 +75,16 @@ struct RequestsSpec {
   CancelSpec cancel;
 };
 
+// The scheduler's knobs take their defaults from SchedulerConfig (policies/scheduler.h) and the
+// block size from kDefaultBlockSize (policies/kv_cache.h): one source for every default.
 struct EngineSpec {
-  BatchingPolicy policy = BatchingPolicy::Continuous;
-  int32_t max_num_seqs = 256;
-  int32_t max_num_batched_tokens = 8192;  // per-step token budget; with chunking, the chunk size
-  bool enable_chunked_prefill = true;     // stage 2: prompts are cut to the budget left (false: stage 1)
-  int32_t max_num_partial_prefills = 1;   // prompts part-way at once (chunking only)
-  bool enable_prefix_caching = true;      // stage 3: prompts take their cached leading blocks (false: stage 2)
-  int32_t block_size = 16;
+  BatchingPolicy policy = SchedulerConfig{}.policy;
+  int32_t max_num_seqs = SchedulerConfig{}.max_num_seqs;
+  int32_t max_num_batched_tokens = SchedulerConfig{}.max_num_batched_tokens;  // per-step token budget
+  bool enable_chunked_prefill = SchedulerConfig{}.enable_chunked_prefill;      // stage 2 (false: stage 1)
+  int32_t max_num_partial_prefills = SchedulerConfig{}.max_num_partial_prefills;  // prompts part-way at once
+  bool enable_prefix_caching = SchedulerConfig{}.enable_prefix_caching;        // stage 3 (false: stage 2)
+  int32_t block_size = kDefaultBlockSize;
   int64_t num_kv_blocks = 0;             // 0: derived from kv_memory_gb or device memory
   double kv_memory_gb = 0;               // 0: derived from device memory
   double gpu_memory_utilization = 0.9;   // share of device memory for weights + KV

@@ -56,7 +56,7 @@ YAML::Node engine_yaml(const EngineSpec& e) {
   n["enable_prefix_caching"] = e.enable_prefix_caching;
   n["block_size"] = e.block_size;
   n["num_kv_blocks"] = e.resolved_kv_blocks;
-  n["gpu_memory_utilization"] = num(e.gpu_memory_utilization);
+  n["gpu_memory_utilization"] = yaml_number(e.gpu_memory_utilization);
   if (e.state_slots >= 0) n["state_slots"] = e.state_slots;
   n["deterministic"] = e.deterministic;
   n["cuda_graph"] = e.cuda_graph;

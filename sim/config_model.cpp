@@ -85,8 +85,8 @@ YAML::Node model_yaml(const ModelSpec& m) {
     for (const char* k : {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab"}) n.remove(k);
     n["checkpoint"] = m.checkpoint;
   } else {
-    n["rope_theta"] = num(m.rope_theta);
-    n["rms_norm_eps"] = num(m.rms_norm_eps);
+    n["rope_theta"] = yaml_number(m.rope_theta);
+    n["rms_norm_eps"] = yaml_number(m.rms_norm_eps);
   }
   return n;
 }
@@ -206,7 +206,7 @@ YAML::Node hardware_yaml(const HardwareSpec& h) {
   if (h.profiled) {  // the file, or (inline in a workload) the whole table
     if (!h.profile_path.empty()) return YAML::Node(h.profile_path);
     n["name"] = h.name;
-    n["memory_gb"] = num(h.memory_bytes / 1e9);
+    n["memory_gb"] = yaml_number(h.memory_bytes / 1e9);
     n["profiled"] = profiled_yaml(*h.profiled);
     return n;
   }
@@ -216,21 +216,21 @@ YAML::Node hardware_yaml(const HardwareSpec& h) {
     n["fitted"]["backend"] = c.backend;
     n["fitted"]["model"] = c.model;
     n["fitted"]["threads"] = c.threads;
-    n["fitted"]["overhead_us"] = num(c.overhead_s * 1e6);
-    n["fitted"]["per_token_us"] = num(c.per_token_s * 1e6);
-    n["fitted"]["per_seq_us"] = num(c.per_seq_s * 1e6);
-    n["fitted"]["per_attn_pair_ns"] = num(c.per_attn_pair_s * 1e9);
-    n["fitted"]["per_context_token_ns"] = num(c.per_context_token_s * 1e9);
-    n["fitted"]["per_sample_us"] = num(c.per_sample_s * 1e6);
-    n["fitted"]["idle_factor"] = num(c.idle_factor);
-    n["memory_gb"] = num(h.memory_bytes / 1e9);
+    n["fitted"]["overhead_us"] = yaml_number(c.overhead_s * 1e6);
+    n["fitted"]["per_token_us"] = yaml_number(c.per_token_s * 1e6);
+    n["fitted"]["per_seq_us"] = yaml_number(c.per_seq_s * 1e6);
+    n["fitted"]["per_attn_pair_ns"] = yaml_number(c.per_attn_pair_s * 1e9);
+    n["fitted"]["per_context_token_ns"] = yaml_number(c.per_context_token_s * 1e9);
+    n["fitted"]["per_sample_us"] = yaml_number(c.per_sample_s * 1e6);
+    n["fitted"]["idle_factor"] = yaml_number(c.idle_factor);
+    n["memory_gb"] = yaml_number(h.memory_bytes / 1e9);
   } else {
-    n["peak_tflops"] = num(h.peak_flops / 1e12);
-    n["mem_bandwidth_tbs"] = num(h.mem_bandwidth / 1e12);
-    n["step_overhead_us"] = num(h.step_overhead_s * 1e6);
-    n["memory_gb"] = num(h.memory_bytes / 1e9);
-    n["link_bandwidth_gbs"] = num(h.link_bandwidth / 1e9);
-    n["link_latency_us"] = num(h.link_latency_s * 1e6);
+    n["peak_tflops"] = yaml_number(h.peak_flops / 1e12);
+    n["mem_bandwidth_tbs"] = yaml_number(h.mem_bandwidth / 1e12);
+    n["step_overhead_us"] = yaml_number(h.step_overhead_s * 1e6);
+    n["memory_gb"] = yaml_number(h.memory_bytes / 1e9);
+    n["link_bandwidth_gbs"] = yaml_number(h.link_bandwidth / 1e9);
+    n["link_latency_us"] = yaml_number(h.link_latency_s * 1e6);
   }
   return n;
 }

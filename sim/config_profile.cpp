@@ -75,12 +75,12 @@ YAML::Node profiled_yaml(const OperatorProfile& p) {
                                    {"engine", p.engine}})
     if (!value.empty()) n[key] = value;  // an empty string would not read back
   n["graph_buckets"] = p.graph_buckets;
-  n["idle_factor"] = num(p.idle_factor);
+  n["idle_factor"] = yaml_number(p.idle_factor);
   n["idle_samples"] = p.idle_samples;
-  n["loop_gap_us"] = num(p.loop_gap_s * 1e6);
-  n["refine"]["decode"] = num(p.refine_decode);
-  n["refine"]["prefill"] = num(p.refine_prefill);
-  n["refine"]["mixed"] = num(p.refine_mixed);
+  n["loop_gap_us"] = yaml_number(p.loop_gap_s * 1e6);
+  n["refine"]["decode"] = yaml_number(p.refine_decode);
+  n["refine"]["prefill"] = yaml_number(p.refine_prefill);
+  n["refine"]["mixed"] = yaml_number(p.refine_mixed);
   n["refine"]["steps"] = p.refine_steps;
   n["refine"].SetStyle(YAML::EmitterStyle::Flow);
   YAML::Node raw(YAML::NodeType::Sequence);
@@ -92,7 +92,7 @@ YAML::Node profiled_yaml(const OperatorProfile& p) {
     r["context"] = s.context;
     r["sampled"] = s.sampled;
     if (s.idle) r["idle"] = true;
-    r["ms"] = num(s.seconds * 1e3);
+    r["ms"] = yaml_number(s.seconds * 1e3);
     r.SetStyle(YAML::EmitterStyle::Flow);
     raw.push_back(r);
   }
@@ -104,10 +104,21 @@ std::string profile_file_text(const OperatorProfile& p, const std::string& name,
                               const std::string& comment) {
   YAML::Node n;
   n["name"] = name;
-  n["memory_gb"] = num(memory_gb);
+  n["memory_gb"] = yaml_number(memory_gb);
   n["profiled"] = profiled_yaml(p);
   YAML::Emitter out;
   out << n;
+  return comment + out.c_str() + "\n";
+}
+
+std::string fitted_profile_file_text(const FittedCoefficients& c, const std::string& name, double memory_gb,
+                                     const std::string& comment) {
+  HardwareSpec h;
+  h.name = name;
+  h.memory_bytes = memory_gb * 1e9;
+  h.fitted = c;
+  YAML::Emitter out;
+  out << hardware_yaml(h);  // the same emitter as `tandem validate`'s hardware section
   return comment + out.c_str() + "\n";
 }
 

@@ -92,17 +92,17 @@ DistSpec parse_dist(const Field& f, const std::string& default_column, double lo
 YAML::Node dist_yaml(const DistSpec& d) {
   YAML::Node n;
   switch (d.kind) {
-    case DistSpec::Kind::Fixed: n["dist"] = "fixed"; n["value"] = num(d.value); break;
-    case DistSpec::Kind::Uniform: n["dist"] = "uniform"; n["min"] = num(d.min); n["max"] = num(d.max); break;
+    case DistSpec::Kind::Fixed: n["dist"] = "fixed"; n["value"] = yaml_number(d.value); break;
+    case DistSpec::Kind::Uniform: n["dist"] = "uniform"; n["min"] = yaml_number(d.min); n["max"] = yaml_number(d.max); break;
     case DistSpec::Kind::Lognormal:
-      n["dist"] = "lognormal"; n["median"] = num(d.median); n["sigma"] = num(d.sigma); n["min"] = num(d.min);
-      if (d.max < 1e18) n["max"] = num(d.max);
+      n["dist"] = "lognormal"; n["median"] = yaml_number(d.median); n["sigma"] = yaml_number(d.sigma); n["min"] = yaml_number(d.min);
+      if (d.max < 1e18) n["max"] = yaml_number(d.max);
       break;
     case DistSpec::Kind::Mixture:
       n["dist"] = "mixture";
       for (const auto& c : d.components) {
         YAML::Node cn = dist_yaml(c.dist);
-        cn["weight"] = num(c.weight);
+        cn["weight"] = yaml_number(c.weight);
         n["components"].push_back(cn);
       }
       break;
@@ -229,10 +229,10 @@ YAML::Node requests_yaml(const RequestsSpec& r) {
     static const char* fmts[] = {"azure", "mooncake", "vidur"};
     n["trace"]["format"] = fmts[int(t.format)];
     n["trace"]["path"] = t.path;
-    n["trace"]["time_scale"] = num(t.time_scale);
-    n["trace"]["rate_scale"] = num(t.rate_scale);
-    n["trace"]["start_s"] = num(t.start_s);
-    n["trace"]["duration_s"] = num(t.duration_s);
+    n["trace"]["time_scale"] = yaml_number(t.time_scale);
+    n["trace"]["rate_scale"] = yaml_number(t.rate_scale);
+    n["trace"]["start_s"] = yaml_number(t.start_s);
+    n["trace"]["duration_s"] = yaml_number(t.duration_s);
     n["trace"]["limit"] = t.limit;
     n["trace"]["hash_block_size"] = t.hash_block_size;
   } else {
@@ -242,11 +242,11 @@ YAML::Node requests_yaml(const RequestsSpec& r) {
     if (r.arrival.kind == ArrivalSpec::Kind::Burst) {
       if (r.arrival.burst_size > 0) {  // size 0: all requests at once, no interval
         n["arrival"]["size"] = r.arrival.burst_size;
-        n["arrival"]["interval_s"] = num(r.arrival.interval_s);
+        n["arrival"]["interval_s"] = yaml_number(r.arrival.interval_s);
       }
     } else {
-      n["arrival"]["rate"] = num(r.arrival.rate);
-      if (r.arrival.kind == ArrivalSpec::Kind::Gamma) n["arrival"]["cv"] = num(r.arrival.cv);
+      n["arrival"]["rate"] = yaml_number(r.arrival.rate);
+      if (r.arrival.kind == ArrivalSpec::Kind::Gamma) n["arrival"]["cv"] = yaml_number(r.arrival.cv);
     }
     n["prompt_len"] = dist_yaml(r.prompt_len);
     n["output_len"] = dist_yaml(r.output_len);
@@ -254,18 +254,18 @@ YAML::Node requests_yaml(const RequestsSpec& r) {
   if (r.shared_prefix.groups > 0) {
     n["shared_prefix"]["groups"] = r.shared_prefix.groups;
     n["shared_prefix"]["prefix_len"] = dist_yaml(r.shared_prefix.prefix_len);
-    n["shared_prefix"]["fraction"] = num(r.shared_prefix.fraction);
+    n["shared_prefix"]["fraction"] = yaml_number(r.shared_prefix.fraction);
     n["shared_prefix"]["prepend"] = r.shared_prefix.prepend;
   }
   if (!r.cancel.explicit_cancels.empty() || r.cancel.fraction > 0) {
     for (const auto& c : r.cancel.explicit_cancels) {
       YAML::Node cn;
       cn["request"] = c.request;
-      cn["at_s"] = num(c.at_s);
+      cn["at_s"] = yaml_number(c.at_s);
       n["cancel"]["at"].push_back(cn);
     }
     if (r.cancel.fraction > 0) {
-      n["cancel"]["fraction"] = num(r.cancel.fraction);
+      n["cancel"]["fraction"] = yaml_number(r.cancel.fraction);
       n["cancel"]["after_s"] = dist_yaml(r.cancel.after_s);
     }
   }

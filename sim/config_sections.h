@@ -21,7 +21,7 @@ inline constexpr int64_t kI32Max = INT32_MAX;
 inline constexpr double kHuge = 1e300;  // "no upper bound" for a double field
 
 // Shortest text that reads back as the same double (yaml-cpp would print 17 digits).
-inline std::string num(double v) { return fmt::format("{:.12g}", v); }
+inline std::string yaml_number(double v) { return fmt::format("{:.12g}", v); }
 
 // Parsers: read one section (its Field names it in errors) and apply its defaults.
 // Emitters: the resolved section as a YAML mapping, in the order `tandem validate` prints.
@@ -37,6 +37,9 @@ YAML::Node hardware_yaml(const HardwareSpec& h);
 std::shared_ptr<const OperatorProfile> parse_profiled(const Field& f);
 YAML::Node profiled_yaml(const OperatorProfile& p);
 // A whole profile file: `comment` (lines starting with '#') first.
+// The file `calibrate --workload` writes (the older linear fit), through hardware_yaml.
+std::string fitted_profile_file_text(const FittedCoefficients& c, const std::string& name, double memory_gb,
+                                     const std::string& comment);
 std::string profile_file_text(const OperatorProfile& p, const std::string& name, double memory_gb,
                               const std::string& comment);
 

@@ -59,10 +59,9 @@ Summary Engine::run() {
   }
   check_nothing_lost();
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  Summary s = metrics_.summarize(requests_.requests, w_, instances_[0]->executor.name(), wall_s);
-  s.sim_s = to_seconds(now_);
-  for (const auto& in : instances_) s.prefix_evictions += in->kv.evictions();
-  return s;
+  MetricsRecorder::RunEnd end{instances_[0]->executor.name(), wall_s, now_, 0};
+  for (const auto& in : instances_) end.prefix_evictions += in->kv.evictions();
+  return metrics_.summarize(requests_.requests, w_, end);
 }
 
 // Events posted by other threads happen when the loop takes them in.
@@ -174,7 +173,7 @@ void Engine::record_step(Instance& in, const StepPlan& plan) {
   rec.kv_capacity = in.kv.num_blocks();
   rec.waiting = in.scheduler.num_waiting();
   rec.running = in.scheduler.num_running();
-  metrics_.on_step(now_, rec.elapsed, rec.kv_used, rec.kv_capacity, plan.num_decode_seqs, plan.num_prefill_seqs);
+  metrics_.on_step(rec.elapsed, rec.kv_used, rec.kv_capacity, plan.num_decode_seqs, plan.num_prefill_seqs);
   in.last_step_end = now_ + rec.elapsed;
 }
 

@@ -25,7 +25,7 @@ struct StepRecord {
 };
 
 struct KvCacheShape {
-  int32_t num_blocks = 0, block_size = 16, num_state_slots = -1;
+  int32_t num_blocks = 0, block_size = kDefaultBlockSize, num_state_slots = -1;
 };
 
 struct Instance {

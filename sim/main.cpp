@@ -46,16 +46,15 @@ constexpr const char* kUsage =
 // The CUDA executor for a workload: its options from the engine section.
 std::unique_ptr<executor_i> cuda_executor_for(Workload& w) {
   const EngineSpec& e = w.engine;
-  cuda::CudaExecutorOptions opt;
-  opt.kv_blocks = e.resolved_kv_blocks;
-  opt.block_size = e.block_size;
-  opt.tp = e.tp;
-  opt.deterministic = e.deterministic;
-  opt.cuda_graph = e.cuda_graph;
-  opt.mma_attention = e.cuda_attention == "mma";
-  opt.max_step_tokens = e.max_num_batched_tokens;
-  opt.max_step_seqs = e.max_num_seqs;
-  return cuda::make_cuda_executor(w.model, w.seed, opt);
+  return cuda::make_cuda_executor(w.model, w.seed,
+                                  {.kv_blocks = e.resolved_kv_blocks,
+                                   .block_size = e.block_size,
+                                   .tp = e.tp,
+                                   .deterministic = e.deterministic,
+                                   .cuda_graph = e.cuda_graph,
+                                   .mma_attention = e.cuda_attention == "mma",
+                                   .max_step_tokens = e.max_num_batched_tokens,
+                                   .max_step_seqs = e.max_num_seqs});
 }
 #endif
 

@@ -96,7 +96,7 @@ void MetricsRecorder::on_token(Request& r, Time now) {
   r.last_token = now;
 }
 
-void MetricsRecorder::on_step(Time start, Duration elapsed, int32_t used, int32_t capacity, int32_t decode_seqs,
+void MetricsRecorder::on_step(Duration elapsed, int32_t used, int32_t capacity, int32_t decode_seqs,
                               int32_t prefill_seqs) {
   if (decode_seqs > 0) {
     ++decode_steps_;
@@ -107,15 +107,13 @@ void MetricsRecorder::on_step(Time start, Duration elapsed, int32_t used, int32_
   busy_time_ += double(elapsed);
   kv_peak_ = std::max(kv_peak_, u);
   ++steps_;
-  last_step_end_ = std::max(last_step_end_, start + elapsed);
 }
 
-Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload& w, const std::string& backend,
-                                   double wall_s) const {
+Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload& w, const RunEnd& end) const {
   Summary s;
   s.workload = w.name;
   s.policy = std::string(to_string(w.engine.policy));
-  s.backend = backend;
+  s.backend = end.backend;
   s.total = int64_t(reqs.size());
   std::vector<double> ttft, tpot, e2e, queue;
   Time first_arrival = kNever, last_finish = 0;
@@ -189,8 +187,9 @@ Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload
   s.kv_mean_util = busy_time_ > 0 ? kv_used_time_ / busy_time_ : 0.0;
   s.kv_peak_util = kv_peak_;
   s.steps = steps_;
-  s.sim_s = to_seconds(last_step_end_);
-  s.wall_s = wall_s;
+  s.sim_s = to_seconds(end.sim_end);
+  s.wall_s = end.wall_s;
+  s.prefix_evictions = end.prefix_evictions;
   s.peak_rss_kb = peak_rss_kb();
   return s;
 }

@@ -81,10 +81,18 @@ class MetricsRecorder {
  public:
   // A token of `r` was sampled at `now`.
   void on_token(Request& r, Time now);
-  // A step ran from `start` for `elapsed`, with `used` of `capacity` KV blocks in use, and
+  // A step ran for `elapsed`, with `used` of `capacity` KV blocks in use, and
   // that many decoding and prefilling sequences.
-  void on_step(Time start, Duration elapsed, int32_t used, int32_t capacity, int32_t decode_seqs, int32_t prefill_seqs);
-  Summary summarize(std::span<const Request> reqs, const Workload& w, const std::string& backend, double wall_s) const;
+  void on_step(Duration elapsed, int32_t used, int32_t capacity, int32_t decode_seqs, int32_t prefill_seqs);
+  // What only the engine knows at the end of a run.
+  struct RunEnd {
+    std::string backend;
+    double wall_s = 0;
+    Time sim_end = 0;  // the time of the last event handled
+    int64_t prefix_evictions = 0;
+  };
+  // The run's summary, assembled here only (the outputs add the peak RSS after writing).
+  Summary summarize(std::span<const Request> reqs, const Workload& w, const RunEnd& end) const;
 
  private:
   LogHistogram itl_;
@@ -92,7 +100,6 @@ class MetricsRecorder {
   double busy_time_ = 0;
   double kv_peak_ = 0;
   int64_t steps_ = 0, decode_steps_ = 0, decode_steps_with_prefill_ = 0;
-  Time last_step_end_ = 0;
 };
 
 // Peak resident set size of this process, in KiB (Linux: VmHWM).

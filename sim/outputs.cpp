@@ -1,5 +1,7 @@
 #include "sim/outputs.h"
 
+#include "sim/number_format.h"
+
 #include "backend/cost_model.h"
 #include "sim/config.h"
 
@@ -23,187 +25,18 @@
 namespace tandem {
 
 namespace {
-nlohmann::json pct_json(const Percentiles& p) {
-  return {{"mean", p.mean}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99},
-          {"max", p.max},   {"std", p.stddev}, {"count", p.n}};
-}
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
-
-nlohmann::json summary_json(const Summary& s, const Workload& w) {
-  nlohmann::json j;
-  j["workload"] = s.workload;
-  j["workload_path"] = w.path;
-  j["policy"] = s.policy;
-  j["backend"] = s.backend;
-  j["model"] = w.model.name;
-  j["hardware"] = w.hardware.name;
-  j["seed"] = w.seed;
-  j["ttft_ms"] = pct_json(s.ttft_ms);
-  j["tpot_ms"] = pct_json(s.tpot_ms);
-  j["itl_ms"] = pct_json(s.itl_ms);
-  j["e2e_ms"] = pct_json(s.e2e_ms);
-  // Inter-token latencies as a histogram: [lower ms, upper ms, count] per non-empty bucket.
-  nlohmann::json hist = nlohmann::json::array();
-  for (const auto& b : s.itl_histogram_ns) hist.push_back({double(b.lo) * 1e-6, double(b.hi) * 1e-6, b.count});
-  j["itl_histogram_ms"] = hist;
-  j["queue_ms"] = pct_json(s.queue_ms);
-  j["throughput"] = {{"requests_per_s", s.requests_per_s},
-                     {"output_tokens_per_s", s.output_tokens_per_s},
-                     {"total_tokens_per_s", s.total_tokens_per_s}};
-  j["requests"] = {{"total", s.total}, {"finished", s.finished}, {"failed", s.failed}, {"cancelled", s.cancelled},
-                   {"failed_by_reason", s.failed_by_reason}};
-  j["jitter_ms"] = s.jitter_ms;
-  // How often decodes shared their step with prefill work (a whole prompt or a chunk).
-  j["steps_mix"] = {{"decode_steps", s.decode_steps},
-                    {"decode_steps_with_prefill", s.decode_steps_with_prefill},
-                    {"decode_steps_with_prefill_share", s.decode_steps_with_prefill_share}};
-  j["engine"] = {{"enable_chunked_prefill", w.engine.enable_chunked_prefill},
-                 {"max_num_batched_tokens", w.engine.max_num_batched_tokens},
-                 {"max_num_partial_prefills", w.engine.max_num_partial_prefills},
-                 {"max_num_seqs", w.engine.max_num_seqs},
-                 {"enable_prefix_caching", w.engine.enable_prefix_caching},
-                 {"block_size", w.engine.block_size}};
-  j["prefix_cache"] = {{"enabled", s.prefix_enabled},
-                       {"hit_rate", s.prefix_hit_rate},
-                       {"block_hit_rate", s.prefix_block_hit_rate},
-                       {"hit_tokens", s.prefix_hit_tokens},
-                       {"queried_tokens", s.prefix_queried_tokens},
-                       {"hit_blocks", s.prefix_hit_blocks},
-                       {"queried_blocks", s.prefix_queried_blocks},
-                       {"queries", s.prefix_queries},
-                       {"hits", s.prefix_hits},
-                       {"evictions", s.prefix_evictions}};
-  j["kv_cache"] = {{"blocks", s.kv_blocks}, {"block_size", w.engine.block_size},
-                   {"mean_util", s.kv_mean_util}, {"peak_util", s.kv_peak_util}};
-  if (s.has_slo)
-    j["goodput"] = {{"slo_ttft_ms", s.slo_ttft_ms}, {"slo_tpot_ms", s.slo_tpot_ms},
-                    {"requests_per_s", s.goodput_requests_per_s}, {"fraction", s.goodput_fraction}};
-  j["steps"] = s.steps;
-  j["makespan_s"] = s.makespan_s;
-  j["sim_s"] = s.sim_s;
-  j["wall_s"] = s.wall_s;
-  j["peak_rss_mb"] = double(s.peak_rss_kb) / 1024.0;
-  return j;
-}
-
-void print_summary(std::ostream& os, const Summary& s) {
-  fmt::print(os, "workload {}  policy {}  backend {}\n", s.workload, s.policy, s.backend);
-  fmt::print(os, "requests {}: finished {}, cancelled {}, failed {}", s.total, s.finished, s.cancelled, s.failed);
-  for (const auto& [why, n] : s.failed_by_reason) fmt::print(os, " [{} {}]", why, n);
-  fmt::print(os, "\n");
-  fmt::print(os, "{:<10}{:>12}{:>12}{:>12}{:>12}{:>12}{:>12}\n", "metric", "mean", "p50", "p90", "p99", "max", "std");
-  auto row = [&](const char* name, const Percentiles& p) {
-    fmt::print(os, "{:<10}{:>12.2f}{:>12.2f}{:>12.2f}{:>12.2f}{:>12.2f}{:>12.2f}\n", name, p.mean, p.p50, p.p90, p.p99,
-               p.max, p.stddev);
-  };
-  row("TTFT ms", s.ttft_ms);
-  row("TPOT ms", s.tpot_ms);
-  row("ITL ms", s.itl_ms);
-  row("E2E ms", s.e2e_ms);
-  row("queue ms", s.queue_ms);
-  fmt::print(os, "throughput {:.3f} req/s, {:.1f} output tok/s, {:.1f} total tok/s\n", s.requests_per_s,
-             s.output_tokens_per_s, s.total_tokens_per_s);
-  if (s.has_slo)
-    fmt::print(os, "goodput {:.3f} req/s ({:.1f}% of finished meet ttft<={}ms tpot<={}ms)\n", s.goodput_requests_per_s,
-               100 * s.goodput_fraction, s.slo_ttft_ms, s.slo_tpot_ms);
-  fmt::print(os, "KV cache {} blocks: mean use {:.1f}%, peak {:.1f}%   jitter {:.2f} ms\n", s.kv_blocks,
-             100 * s.kv_mean_util, 100 * s.kv_peak_util, s.jitter_ms);
-  fmt::print(os, "decode steps {}: {:.1f}% also carried prefill tokens\n", s.decode_steps,
-             100 * s.decode_steps_with_prefill_share);
-  if (s.prefix_enabled)
-    fmt::print(os, "prefix cache: hit rate {:.1f}% of prompt tokens ({:.1f}% of full blocks), {} of {} requests hit, {} evictions\n",
-               100 * s.prefix_hit_rate, 100 * s.prefix_block_hit_rate, s.prefix_hits, s.prefix_queries, s.prefix_evictions);
-  else
-    fmt::print(os, "prefix cache: off\n");
-  fmt::print(os, "steps {}  simulated {:.3f} s  wall {:.3f} s  peak RSS {:.0f} MB\n", s.steps, s.sim_s, s.wall_s,
-             double(s.peak_rss_kb) / 1024.0);
-}
-
-TraceDetail parse_trace_detail(const std::string& s) {
-  if (s == "full") return TraceDetail::Full;
-  if (s == "steps") return TraceDetail::Steps;
-  if (s == "requests") return TraceDetail::Requests;
-  if (s == "none") return TraceDetail::None;
-  throw InputError(fmt::format("--trace {}: expected none, requests, steps or full", s));
-}
-
-namespace {
 constexpr size_t kBatchRows = 4096;  // steps handed to the writer at a time
 constexpr size_t kMaxQueued = 32;    // batches in flight before on_step waits for the writer
-// Room for one row or event: at most 330 characters per number (a double's {:.9f} is at
-// most 309 digits before the point), at most 9 numbers of that kind per row.
-constexpr size_t kRowRoom = 4096;
 
 // Each level holds the one before it.
 bool has_requests(TraceDetail d) { return d >= TraceDetail::Requests; }  // and the counters
 bool has_steps(TraceDetail d) { return d >= TraceDetail::Steps; }
 bool has_step_args(TraceDetail d) { return d >= TraceDetail::Full; }
 
-// Writers into a buffer with room (kRowRoom), returning the new end. The files' numbers are
-// fmt's {} and {:.Nf}; these give the same bytes faster (fmt formats a double with fixed
-// precision in 70-500 ns, an integer in about 10).
-template <size_t N>
-char* put(char* p, const char (&text)[N]) {
-  std::memcpy(p, text, N - 1);
-  return p + N - 1;
-}
-char* put_int(char* p, int64_t v) { return fmt::format_to(p, FMT_COMPILE("{}"), v); }
-
-// {:.Nf} of `d`, where d is the integer t scaled by 10^-N (nanoseconds as seconds with N = 9,
-// as ms with 6, as µs with 3; d = t * 1e-N or t / 1eN). Below 1e15 the double is within a
-// quarter unit of the last printed digit of t * 10^-N (relative error <= 2^-52), so
-// formatting it rounds to exactly t's digits: print those. Larger or negative t: fmt.
-template <int N>
-char* put_scaled(char* p, int64_t t, double d) {
-  static_assert(N == 3 || N == 6 || N == 9);
-  constexpr int64_t scale = N == 3 ? 1'000 : N == 6 ? 1'000'000 : 1'000'000'000;
-  if (t < 0 || t >= 1'000'000'000'000'000) return fmt::format_to(p, FMT_COMPILE("{:.{}f}"), d, N);
-  p = put_int(p, t / scale);
-  *p++ = '.';
-  const fmt::format_int frac(t % scale + scale);  // 1 then the N digits, leading zeros kept
-  std::memcpy(p, frac.data() + 1, N);
-  return p + N;
-}
-
-// {:.0f} of a double: an integer-valued one (attention pairs, context tokens) is its integer.
-char* put_fixed0(char* p, double v) {
-  if (v >= 0 && !std::signbit(v) && v < 9007199254740992.0 && v == std::trunc(v)) return put_int(p, int64_t(v));
-  return fmt::format_to(p, FMT_COMPILE("{:.0f}"), v);
-}
-
-// {:.6f} of a double, remembered: a step's KV use and cost terms mostly repeat values seen
-// before (the same batch shape costs the same), so most rows copy text instead.
-template <int kLog2Slots>
-class Fixed6Cache {
- public:
-  char* put(char* p, double v) {
-    const uint64_t bits = std::bit_cast<uint64_t>(v);
-    Slot& s = slots_[(bits * 0x9E3779B97F4A7C15ull) >> (64 - kLog2Slots)];
-    if (s.len == 0 || s.bits != bits) {
-      const auto r = fmt::format_to_n(s.text, sizeof s.text, FMT_COMPILE("{:.6f}"), v);
-      if (r.size > sizeof s.text) {  // too long to keep (huge or non-finite values)
-        s.len = 0;
-        return fmt::format_to(p, FMT_COMPILE("{:.6f}"), v);
-      }
-      s.bits = bits;
-      s.len = uint8_t(r.size);
-    }
-    std::memcpy(p, s.text, sizeof s.text);  // whole slot: a fixed-size copy; the room allows it
-    return p + s.len;
-  }
-
- private:
-  struct Slot {
-    uint64_t bits = 0;
-    uint8_t len = 0;  // 0: empty
-    char text[23];  // 32-byte slots
-  };
-  std::array<Slot, size_t(1) << kLog2Slots> slots_{};
-};
 }  // namespace
+
+using namespace numfmt;
+
 
 // The writer thread's state for the step rows.
 struct RunOutputs::StepFormatter {
@@ -273,9 +106,7 @@ RunOutputs::RunOutputs(const std::string& dir, TraceDetail trace) : dir_(dir), d
   if (detail_ != TraceDetail::None) ok = ok && trace_.open(dir + "/trace.json");
   else std::filesystem::remove(std::filesystem::path(dir) / "trace.json", ec);  // not a stale one from an earlier run
   if (!ok) throw InputError(fmt::format("--out {}: cannot write files there", dir));
-  steps_.append("step,instance,start_s,elapsed_ms,n_seqs,n_prefill,n_decode,n_tokens,kv_used_blocks,kv_reserved_blocks,kv_util,"
-                "waiting,running,gemm_ms,attention_ms,overhead_ms,after_idle,n_samples,attn_pairs,context_tokens,comm_ms,"
-                "predicted_ms,pred_error\n");
+  steps_.append(kStepsCsvHeader);
   // The process names first, so that every later event starts with ",\n".
   if (detail_ != TraceDetail::None)
     trace_.append("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"
@@ -459,8 +290,7 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
   // cells where a time or latency does not apply.
   File req;
   bool req_ok = req.open(dir_ + "/requests.csv");
-  req.append("id,arrival_s,first_token_s,finish_s,prompt_len,output_len,status,max_output,fail_reason,first_scheduled_s,"
-             "ttft_ms,tpot_ms,e2e_ms,itl_max_ms,prefix_group,cached_tokens,output_tokens\n");
+  req.append(kRequestsCsvHeader);
   auto seconds_or_empty = [](char* p, Time t) {
     if (t != kNever) p = put_scaled<9>(p, t, to_seconds(t));
     *p++ = ',';
@@ -551,24 +381,6 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
   summary.flush();
   if (!summary || !resolved || !req_ok || !steps_ok || !trace_ok)
     throw std::runtime_error(fmt::format("--out {}: writing the run's files failed (disk full?)", dir_));
-}
-
-ProgressReporter::ProgressReporter(int64_t total) : enabled_(isatty(STDERR_FILENO) == 1), total_(total) {
-  last_print_ = wall_seconds();
-}
-
-ProgressReporter::~ProgressReporter() {
-  if (printed_) fmt::print(stderr, "\n");
-}
-
-void ProgressReporter::on_step(const StepRecord& r) {
-  if (!enabled_ || (r.index & 255) != 0) return;
-  const double now = wall_seconds();
-  if (now - last_print_ < 0.5) return;
-  last_print_ = now;
-  printed_ = true;
-  fmt::print(stderr, "\r[tandem] t={:.1f}s  done {}/{}  running {}  waiting {}   ", to_seconds(r.start), done_, total_,
-             r.running, r.waiting);
 }
 
 }  // namespace tandem

@@ -1,6 +1,6 @@
-// What a run leaves behind: the stdout summary table, and with --out DIR: summary.json,
-// requests.csv, steps.csv and trace.json (Chrome / Perfetto). Keys and columns are a
-// contract (DESIGN.md); add to them, never rename.
+// The files a run writes with --out DIR: summary.json, requests.csv, steps.csv, trace.json
+// (Chrome / Perfetto) and workload.resolved.yaml. Their keys and columns are in
+// sim/outputs_schema.h; this file is the writer (a thread that formats rows off the loop).
 #pragma once
 #include <condition_variable>
 #include <cstdio>
@@ -17,18 +17,10 @@
 
 #include "sim/engine.h"
 #include "sim/metrics.h"
+#include "sim/outputs_schema.h"
+#include "sim/progress.h"
 
 namespace tandem {
-
-nlohmann::json summary_json(const Summary& s, const Workload& w);
-void print_summary(std::ostream& os, const Summary& s);
-
-// How much of the run trace.json holds (`tandem run --trace`); each level holds the one
-// before. None: no trace.json. Requests: the queue, batch and KV counters and each
-// request's queued / prefill / decode spans. Steps: also one slice per step on its
-// instance's track. Full: also each step slice's args (seqs, tokens, prefill_seqs).
-enum class TraceDetail { None, Requests, Steps, Full };
-TraceDetail parse_trace_detail(const std::string& s);  // throws InputError
 
 // Writes steps.csv and the trace's step events while the run goes, requests.csv, the
 // request spans and summary.json at the end. on_step only copies a step's numbers; a
@@ -102,21 +94,6 @@ class RunOutputs final : public run_observer_i {
   void stop_writer();
   void writer_loop();
   void write_rows(const std::vector<StepRow>& rows);
-};
-
-// Progress on stderr, at most twice a second, only when stderr is a terminal.
-class ProgressReporter final : public run_observer_i {
- public:
-  explicit ProgressReporter(int64_t total_requests);
-  ~ProgressReporter() override;
-  void on_step(const StepRecord& r) override;
-  void on_request_done(const Request&) override { ++done_; }
-
- private:
-  bool enabled_;
-  int64_t total_, done_ = 0;
-  double last_print_ = 0;
-  bool printed_ = false;
 };
 
 }  // namespace tandem

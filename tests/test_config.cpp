@@ -13,7 +13,7 @@
 #include "tests/test_helpers.h"
 
 using namespace tandem;
-using tandem::testing::workload_path;
+using tandem::testing::as_if_in_workloads_dir;
 
 namespace {
 const char* kBase = R"(seed: 3
@@ -204,7 +204,7 @@ TEST_CASE("gamma arrivals have the requested coefficient of variation") {
 
 TEST_CASE("trace replay: azure across midnight, vidur, mooncake hash blocks, scaling and windows") {
   const std::string base = "model: llama3-8b\nhardware: h200\nrequests:\n  trace: {format: ";
-  Workload w = parse_workload(base + "azure, path: ../traces/azure_sample.csv}\n", workload_path());
+  Workload w = parse_workload(base + "azure, path: ../traces/azure_sample.csv}\n", as_if_in_workloads_dir());
   RequestSet s = generate_requests(w);
   REQUIRE(s.requests.size() == 6);
   CHECK(s.requests[0].arrival == 0);
@@ -212,18 +212,18 @@ TEST_CASE("trace replay: azure across midnight, vidur, mooncake hash blocks, sca
   CHECK(s.requests[5].prompt_len == 2048);
   CHECK(s.requests[5].max_output == 300);
 
-  w = parse_workload(base + "vidur, path: ../traces/vidur_sample.csv, rate_scale: 2, time_scale: 3}\n", workload_path());
+  w = parse_workload(base + "vidur, path: ../traces/vidur_sample.csv, rate_scale: 2, time_scale: 3}\n", as_if_in_workloads_dir());
   s = generate_requests(w);
   REQUIRE(s.requests.size() == 4);
   CHECK(s.requests[3].arrival == from_seconds(2.25 * 3 / 2));
 
-  w = parse_workload(base + "vidur, path: ../traces/vidur_sample.csv, start_s: 0.5, duration_s: 1, limit: 5}\n", workload_path());
+  w = parse_workload(base + "vidur, path: ../traces/vidur_sample.csv, start_s: 0.5, duration_s: 1, limit: 5}\n", as_if_in_workloads_dir());
   s = generate_requests(w);
   REQUIRE(s.requests.size() == 2);  // rows at 0.5 and 0.75
   CHECK(s.requests[0].arrival == 0);
   CHECK(s.requests[1].arrival == from_seconds(0.25));
 
-  w = parse_workload(base + "mooncake, path: ../traces/mooncake_sample.jsonl}\n", workload_path());
+  w = parse_workload(base + "mooncake, path: ../traces/mooncake_sample.jsonl}\n", as_if_in_workloads_dir());
   s = generate_requests(w);
   REQUIRE(s.requests.size() == 4);
   CHECK(s.requests[2].arrival == from_seconds(3.0));
@@ -243,7 +243,7 @@ TEST_CASE("bad trace rows name file, line and column") {
   auto err = [&](const std::string& fmt_, const std::string& file) {
     try {
       generate_requests(parse_workload("model: llama3-8b\nhardware: h200\nrequests:\n  trace: {format: " + fmt_ +
-                                           ", path: " + dir + file + "}\n", workload_path()));
+                                           ", path: " + dir + file + "}\n", as_if_in_workloads_dir()));
     } catch (const InputError& e) {
       return std::string(e.what());
     }
@@ -259,7 +259,7 @@ TEST_CASE("empirical lengths from one file are drawn as pairs") {
   std::string y = "model: llama3-8b\nhardware: h200\nrequests:\n  count: 300\n  arrival: {process: burst}\n"
                   "  prompt_len: {dist: empirical, path: ../traces/lengths_sample.csv}\n"
                   "  output_len: {dist: empirical, path: ../traces/lengths_sample.csv}\n";
-  RequestSet s = generate_requests(parse_workload(y, workload_path()));
+  RequestSet s = generate_requests(parse_workload(y, as_if_in_workloads_dir()));
   int seen2000 = 0;
   for (const Request& r : s.requests) {
     CHECK(r.arrival == 0);

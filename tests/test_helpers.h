@@ -27,6 +27,7 @@ inline std::string read_file(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
-// A workload whose relative paths resolve against the source tree's workloads/ folder.
-inline std::string workload_path() { return source_path("workloads/test.yaml"); }
+// A file name to parse a workload text as: its relative paths resolve against the source
+// tree's workloads/ folder (no such file exists; only its folder matters).
+inline std::string as_if_in_workloads_dir() { return source_path("workloads/test.yaml"); }
 }  // namespace tandem::testing

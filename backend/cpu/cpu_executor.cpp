@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/host.h"
 
 namespace tandem::cpu {
 
@@ -21,7 +22,7 @@ std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, cons
   const int32_t num_blocks = opt.kv_blocks, block_size = opt.block_size, tp = opt.tp;
   const bool deterministic = opt.deterministic;
   const double kv_bytes = m.kv_bytes_per_token(4) * double(num_blocks) * block_size;  // fp32, all ranks
-  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const double ram = physical_memory_bytes();
   if (kv_bytes > 0.5 * ram)
     throw InputError(fmt::format("the CPU backend's KV cache would take {:.1f} GB of {:.1f} GB of memory "
                                  "({} blocks of {} tokens, fp32): set engine.num_kv_blocks or engine.kv_memory_gb",

@@ -14,6 +14,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/host.h"
 
 namespace tandem::cpu {
 
@@ -28,7 +29,7 @@ void append(std::vector<float>& dst, const std::vector<float>& src) { dst.insert
 }  // namespace
 
 void check_fits_in_memory(const ModelSpec& m, double kv_bytes) {
-  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const double ram = physical_memory_bytes();
   const double weights = m.params() * 4.0;  // the CPU backend computes and stores fp32
   if (weights + kv_bytes > 0.8 * ram)
     throw InputError(fmt::format("model '{}' needs {:.1f} GB of fp32 weights and {:.1f} GB of KV cache on the CPU backend; "

@@ -1,0 +1,26 @@
+// Serving real traffic for calibration: every step of a real run of a workload on its backend,
+// in real time, as the engine makes them (with its gaps between steps and its mix of shapes).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/executor.h"
+#include "backend/warmup.h"
+#include "sim/calibrate.h"
+
+namespace tandem {
+
+struct ServedRun {
+  std::vector<CalibrationPoint> points;  // seconds: to the next step's start (or + the median gap)
+  std::vector<ServedStep> steps;
+  double loop_gap_s = 0;
+};
+
+// A backend's factory is given for cuda only; cpu is built here.
+std::unique_ptr<executor_i> executor_for(Workload& w, const ExecutorFactory* factory);
+// The shapes a backend warms up for before serving (as `tandem run` does).
+WarmUpShape warm_up_shape(const Workload& w);
+// The backend warms up first. With `predictor`, each step's prediction is kept too.
+ServedRun serve(Workload& w, executor_i& exec, const cost_model_i* predictor);
+
+}  // namespace tandem

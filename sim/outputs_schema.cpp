@@ -1,0 +1,116 @@
+// The schema of what a run reports: summary.json's keys and the stdout summary table.
+#include "sim/outputs_schema.h"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "core/error.h"
+
+namespace tandem {
+
+namespace {
+nlohmann::json pct_json(const Percentiles& p) {
+  return {{"mean", p.mean}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99},
+          {"max", p.max},   {"std", p.stddev}, {"count", p.n}};
+}
+}  // namespace
+
+nlohmann::json summary_json(const Summary& s, const Workload& w) {
+  nlohmann::json j;
+  j["workload"] = s.workload;
+  j["workload_path"] = w.path;
+  j["policy"] = s.policy;
+  j["backend"] = s.backend;
+  j["model"] = w.model.name;
+  j["hardware"] = w.hardware.name;
+  j["seed"] = w.seed;
+  j["ttft_ms"] = pct_json(s.ttft_ms);
+  j["tpot_ms"] = pct_json(s.tpot_ms);
+  j["itl_ms"] = pct_json(s.itl_ms);
+  j["e2e_ms"] = pct_json(s.e2e_ms);
+  // Inter-token latencies as a histogram: [lower ms, upper ms, count] per non-empty bucket.
+  nlohmann::json hist = nlohmann::json::array();
+  for (const auto& b : s.itl_histogram_ns) hist.push_back({double(b.lo) * 1e-6, double(b.hi) * 1e-6, b.count});
+  j["itl_histogram_ms"] = hist;
+  j["queue_ms"] = pct_json(s.queue_ms);
+  j["throughput"] = {{"requests_per_s", s.requests_per_s},
+                     {"output_tokens_per_s", s.output_tokens_per_s},
+                     {"total_tokens_per_s", s.total_tokens_per_s}};
+  j["requests"] = {{"total", s.total}, {"finished", s.finished}, {"failed", s.failed}, {"cancelled", s.cancelled},
+                   {"failed_by_reason", s.failed_by_reason}};
+  j["jitter_ms"] = s.jitter_ms;
+  // How often decodes shared their step with prefill work (a whole prompt or a chunk).
+  j["steps_mix"] = {{"decode_steps", s.decode_steps},
+                    {"decode_steps_with_prefill", s.decode_steps_with_prefill},
+                    {"decode_steps_with_prefill_share", s.decode_steps_with_prefill_share}};
+  j["engine"] = {{"enable_chunked_prefill", w.engine.enable_chunked_prefill},
+                 {"max_num_batched_tokens", w.engine.max_num_batched_tokens},
+                 {"max_num_partial_prefills", w.engine.max_num_partial_prefills},
+                 {"max_num_seqs", w.engine.max_num_seqs},
+                 {"enable_prefix_caching", w.engine.enable_prefix_caching},
+                 {"block_size", w.engine.block_size}};
+  j["prefix_cache"] = {{"enabled", s.prefix_enabled},
+                       {"hit_rate", s.prefix_hit_rate},
+                       {"block_hit_rate", s.prefix_block_hit_rate},
+                       {"hit_tokens", s.prefix_hit_tokens},
+                       {"queried_tokens", s.prefix_queried_tokens},
+                       {"hit_blocks", s.prefix_hit_blocks},
+                       {"queried_blocks", s.prefix_queried_blocks},
+                       {"queries", s.prefix_queries},
+                       {"hits", s.prefix_hits},
+                       {"evictions", s.prefix_evictions}};
+  j["kv_cache"] = {{"blocks", s.kv_blocks}, {"block_size", w.engine.block_size},
+                   {"mean_util", s.kv_mean_util}, {"peak_util", s.kv_peak_util}};
+  if (s.has_slo)
+    j["goodput"] = {{"slo_ttft_ms", s.slo_ttft_ms}, {"slo_tpot_ms", s.slo_tpot_ms},
+                    {"requests_per_s", s.goodput_requests_per_s}, {"fraction", s.goodput_fraction}};
+  j["steps"] = s.steps;
+  j["makespan_s"] = s.makespan_s;
+  j["sim_s"] = s.sim_s;
+  j["wall_s"] = s.wall_s;
+  j["peak_rss_mb"] = double(s.peak_rss_kb) / 1024.0;
+  return j;
+}
+
+void print_summary(std::ostream& os, const Summary& s) {
+  fmt::print(os, "workload {}  policy {}  backend {}\n", s.workload, s.policy, s.backend);
+  fmt::print(os, "requests {}: finished {}, cancelled {}, failed {}", s.total, s.finished, s.cancelled, s.failed);
+  for (const auto& [why, n] : s.failed_by_reason) fmt::print(os, " [{} {}]", why, n);
+  fmt::print(os, "\n");
+  fmt::print(os, "{:<10}{:>12}{:>12}{:>12}{:>12}{:>12}{:>12}\n", "metric", "mean", "p50", "p90", "p99", "max", "std");
+  auto row = [&](const char* name, const Percentiles& p) {
+    fmt::print(os, "{:<10}{:>12.2f}{:>12.2f}{:>12.2f}{:>12.2f}{:>12.2f}{:>12.2f}\n", name, p.mean, p.p50, p.p90, p.p99,
+               p.max, p.stddev);
+  };
+  row("TTFT ms", s.ttft_ms);
+  row("TPOT ms", s.tpot_ms);
+  row("ITL ms", s.itl_ms);
+  row("E2E ms", s.e2e_ms);
+  row("queue ms", s.queue_ms);
+  fmt::print(os, "throughput {:.3f} req/s, {:.1f} output tok/s, {:.1f} total tok/s\n", s.requests_per_s,
+             s.output_tokens_per_s, s.total_tokens_per_s);
+  if (s.has_slo)
+    fmt::print(os, "goodput {:.3f} req/s ({:.1f}% of finished meet ttft<={}ms tpot<={}ms)\n", s.goodput_requests_per_s,
+               100 * s.goodput_fraction, s.slo_ttft_ms, s.slo_tpot_ms);
+  fmt::print(os, "KV cache {} blocks: mean use {:.1f}%, peak {:.1f}%   jitter {:.2f} ms\n", s.kv_blocks,
+             100 * s.kv_mean_util, 100 * s.kv_peak_util, s.jitter_ms);
+  fmt::print(os, "decode steps {}: {:.1f}% also carried prefill tokens\n", s.decode_steps,
+             100 * s.decode_steps_with_prefill_share);
+  if (s.prefix_enabled)
+    fmt::print(os, "prefix cache: hit rate {:.1f}% of prompt tokens ({:.1f}% of full blocks), {} of {} requests hit, {} evictions\n",
+               100 * s.prefix_hit_rate, 100 * s.prefix_block_hit_rate, s.prefix_hits, s.prefix_queries, s.prefix_evictions);
+  else
+    fmt::print(os, "prefix cache: off\n");
+  fmt::print(os, "steps {}  simulated {:.3f} s  wall {:.3f} s  peak RSS {:.0f} MB\n", s.steps, s.sim_s, s.wall_s,
+             double(s.peak_rss_kb) / 1024.0);
+}
+
+TraceDetail parse_trace_detail(const std::string& s) {
+  if (s == "full") return TraceDetail::Full;
+  if (s == "steps") return TraceDetail::Steps;
+  if (s == "requests") return TraceDetail::Requests;
+  if (s == "none") return TraceDetail::None;
+  throw InputError(fmt::format("--trace {}: expected none, requests, steps or full", s));
+}
+
+}  // namespace tandem
