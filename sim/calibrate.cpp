@@ -167,10 +167,17 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
       "threads", po::value<int>()->default_value(0), "threads (0: all cores)")(
       "reps", po::value<int>()->default_value(5), "grid: timed repetitions per shape (the fastest is kept)")(
       "budget", po::value<double>()->default_value(110), "grid: seconds it may take (fewer repetitions if needed)")(
-      "quick", po::bool_switch(), "grid: a smaller grid");
+      "quick", po::bool_switch(), "grid: a smaller grid")(
+      "help,h", po::bool_switch(), "this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
   po::notify(vm);
+  if (vm["help"].as<bool>()) {
+    std::cout << "usage: tandem calibrate --backend cpu|cuda --model PRESET [--workload W.yaml ...] --out PROFILE.yaml\n"
+                 "       tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml\n"
+              << opts;
+    return 0;
+  }
   const std::string backend = vm["backend"].as<std::string>();
   const auto factory = backends.find(backend);
   if (backend != "cpu" && factory == backends.end()) {

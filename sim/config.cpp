@@ -18,6 +18,13 @@
 
 namespace tandem {
 
+std::string config_detail::yaml_path(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
+
 using namespace config_detail;
 
 namespace {

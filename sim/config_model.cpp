@@ -83,7 +83,7 @@ YAML::Node model_yaml(const ModelSpec& m) {
   n["max_model_len"] = m.max_model_len;
   if (!m.checkpoint.empty()) {  // the shape comes from config.json: the checkpoint alone reads back the same
     for (const char* k : {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab"}) n.remove(k);
-    n["checkpoint"] = m.checkpoint;
+    n["checkpoint"] = yaml_path(m.checkpoint);
   } else {
     n["rope_theta"] = yaml_number(m.rope_theta);
     n["rms_norm_eps"] = yaml_number(m.rms_norm_eps);
@@ -163,11 +163,7 @@ HardwareSpec parse_hardware(const Field& f) {
     const std::string s = f.as_string();
     if (s.ends_with(".yaml") || s.ends_with(".yml")) {  // a hardware profile file
       const std::string path = f.as_path();
-      try {
-        require_regular_file(path);
-      } catch (const InputError& e) {
-        f.fail(fmt::format("hardware profile: {}", e.what()));
-      }
+      f.require_file(path, "hardware profile");
       YAML::Node doc;
       std::optional<YAML::Mark> second;
       {
@@ -204,7 +200,7 @@ HardwareSpec parse_hardware(const Field& f) {
 YAML::Node hardware_yaml(const HardwareSpec& h) {
   YAML::Node n;
   if (h.profiled) {  // the file, or (inline in a workload) the whole table
-    if (!h.profile_path.empty()) return YAML::Node(h.profile_path);
+    if (!h.profile_path.empty()) return YAML::Node(yaml_path(h.profile_path));
     n["name"] = h.name;
     n["memory_gb"] = yaml_number(h.memory_bytes / 1e9);
     n["profiled"] = profiled_yaml(*h.profiled);

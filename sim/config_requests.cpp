@@ -14,11 +14,7 @@ namespace tandem::config_detail {
 namespace {
 
 void load_empirical(DistSpec& d, const Field& f) {
-  try {
-    require_regular_file(d.path);
-  } catch (const InputError& e) {
-    f["path"].fail(e.what());
-  }
+  f["path"].require_file(d.path);
   CsvFile csv(d.path);
   const size_t col = csv.column_index(d.column);
   if (col == CsvFile::npos) f["column"].fail(fmt::format("column '{}' not in {} (header: {})", d.column, d.path, csv.header_text()));
@@ -107,7 +103,7 @@ YAML::Node dist_yaml(const DistSpec& d) {
       }
       break;
     case DistSpec::Kind::Empirical:
-      n["dist"] = "empirical"; n["path"] = d.path; n["column"] = d.column; break;
+      n["dist"] = "empirical"; n["path"] = yaml_path(d.path); n["column"] = d.column; break;
   }
   return n;
 }
@@ -150,11 +146,7 @@ TraceSpec parse_trace(const Field& f) {
   else if (fmt_name == "vidur") t.format = TraceSpec::Format::Vidur;
   else f["format"].fail(fmt::format("unknown trace format '{}' (known: azure, mooncake, vidur)", fmt_name));
   t.path = f["path"].as_path();
-  try {
-    require_regular_file(t.path);
-  } catch (const InputError& e) {
-    f["path"].fail(e.what());
-  }
+  f["path"].require_file(t.path);
   t.time_scale = f.get_double("time_scale", 1.0, 1e-9, 1e9);
   t.rate_scale = f.get_double("rate_scale", 1.0, 1e-9, 1e9);
   t.start_s = f.get_double("start_s", 0, 0, 1e12);
@@ -228,7 +220,7 @@ YAML::Node requests_yaml(const RequestsSpec& r) {
     const TraceSpec& t = *r.trace;
     static const char* fmts[] = {"azure", "mooncake", "vidur"};
     n["trace"]["format"] = fmts[int(t.format)];
-    n["trace"]["path"] = t.path;
+    n["trace"]["path"] = yaml_path(t.path);
     n["trace"]["time_scale"] = yaml_number(t.time_scale);
     n["trace"]["rate_scale"] = yaml_number(t.rate_scale);
     n["trace"]["start_s"] = yaml_number(t.start_s);

@@ -22,6 +22,9 @@ inline constexpr double kHuge = 1e300;  // "no upper bound" for a double field
 
 // Shortest text that reads back as the same double (yaml-cpp would print 17 digits).
 inline std::string yaml_number(double v) { return fmt::format("{:.12g}", v); }
+// A file path as the resolved YAML writes it: absolute, so that the file (a run folder's
+// workload.resolved.yaml, validate's output saved anywhere) runs again from any directory.
+std::string yaml_path(const std::string& path);
 
 // Parsers: read one section (its Field names it in errors) and apply its defaults.
 // Emitters: the resolved section as a YAML mapping, in the order `tandem validate` prints.

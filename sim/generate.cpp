@@ -24,10 +24,15 @@ int generate_command(const std::vector<std::string>& args) {
       "max-tokens", po::value<int>()->default_value(32), "tokens to generate")(
       "logits-out", po::value<std::string>(), "write the logits of every prompt position and generated token "
                                                "(float32, row-major [positions][vocab])")(
-      "threads", po::value<int>()->default_value(0), "threads (0: all cores)");
+      "threads", po::value<int>()->default_value(0), "threads (0: all cores)")(
+      "help,h", po::bool_switch(), "this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
   po::notify(vm);
+  if (vm["help"].as<bool>()) {
+    std::cout << "usage: tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [options]\n" << opts;
+    return 0;
+  }
   if (vm.count("checkpoint") == vm.count("model")) throw InputError("generate: give --checkpoint DIR or --model PRESET");
   if (!vm.count("prompt")) throw InputError("generate: --prompt \"ID ID ...\" is required");
   if (vm.count("checkpoint") && vm.count("seed"))

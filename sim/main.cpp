@@ -78,12 +78,21 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
       "out", po::value<std::string>(), "write summary.json, requests.csv, steps.csv, trace.json here")(
       "trace", po::value<std::string>()->default_value("full"), "trace.json detail: full, steps, requests or none")(
       "quiet", po::bool_switch(), "no summary table on stdout")(
-      "prefix-bound", po::bool_switch(), "validate: also the ideal prefix-cache hit rate (unbounded cache)");
+      "prefix-bound", po::bool_switch(), "validate: also the ideal prefix-cache hit rate (unbounded cache)")(
+      "help,h", po::bool_switch(), "this help");
   po::positional_options_description pos;
   pos.add("workload", 1);
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
   po::notify(vm);
+  if (vm["help"].as<bool>()) {
+    std::cout << (validate_only ? "usage: tandem validate WORKLOAD.yaml [--set KEY=VALUE ...] [--prefix-bound]\n"
+                                : "usage: tandem run WORKLOAD.yaml [--backend sim|cpu|cuda] [--clock wall|virtual] "
+                                  "[--threads N]\n                  [--set KEY=VALUE ...] [--out DIR [--trace "
+                                  "full|steps|requests|none]] [--quiet]\n")
+              << opts;
+    return 0;
+  }
   if (!vm.count("workload")) throw InputError(std::string("missing WORKLOAD.yaml\n") + kUsage);
   // An option the command does not use is a mistake, not something to ignore.
   const auto given = [&](const char* k) { return vm.count(k) && !vm[k].defaulted(); };
@@ -124,6 +133,8 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   if (clock_name == "wall" && exec->simulated()) throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");
   const TraceDetail trace_detail = parse_trace_detail(vm["trace"].as<std::string>());
   if (given("trace") && !vm.count("out")) throw InputError("--trace: sets trace.json's detail, which needs --out DIR");
+  if (vm["quiet"].as<bool>() && !vm.count("out"))
+    std::cerr << "tandem: note: --quiet without --out: the run's results are neither printed nor written\n";
   std::unique_ptr<clock_i> clock;
   if (clock_name == "wall") clock = std::make_unique<WallClock>();
   else clock = std::make_unique<VirtualClock>();
@@ -164,6 +175,12 @@ int dispatch(int argc, char** argv) {
   try {
     if (cmd == "run" || cmd == "validate") return cmd_run(rest, cmd == "validate");
     if (cmd == "compare") {
+      if (rest.size() == 1 && (rest[0] == "--help" || rest[0] == "-h")) {
+        std::cout << "usage: tandem compare RUN_DIR_A RUN_DIR_B\n"
+                     "  metrics of two runs (folders written by tandem run --out) side by side, with (B-A)/A;\n"
+                     "  notes when the runs are of different workloads or finished different requests\n";
+        return 0;
+      }
       if (rest.size() != 2) throw InputError(std::string("compare takes two run folders\n") + kUsage);
       return compare_runs(rest[0], rest[1], std::cout);
     }

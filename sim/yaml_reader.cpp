@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "sim/config.h"
+#include "sim/csv.h"
 #include "sim/parse_number.h"
 
 namespace tandem {
@@ -187,11 +188,29 @@ std::string Field::get_string(const std::string& key, const std::string& dflt) c
   return v;
 }
 
+// The one rule for relative paths: in a file, from that file's folder; in a --set value, from
+// the current directory (where the command was typed, as the shell completes it).
 std::string Field::as_path() const {
   namespace fs = std::filesystem;
   const fs::path p = as_string();
   if (p.is_absolute() || from_override()) return p.string();
   return (fs::path(src_->file).parent_path() / p).lexically_normal().string();
+}
+
+void Field::require_file(const std::string& path, const std::string& what) const {
+  namespace fs = std::filesystem;
+  try {
+    require_regular_file(path);
+  } catch (const InputError& e) {
+    std::string msg = what.empty() ? e.what() : what + ": " + e.what();
+    if (!fs::path(as_string()).is_absolute()) {
+      std::error_code ec;
+      msg += fmt::format(" (looked for {}: a relative path {})", fs::absolute(path, ec).lexically_normal().string(),
+                         from_override() ? "in a --set value is taken from the current directory"
+                                         : fmt::format("is taken from the folder of {}", src_->file));
+    }
+    fail(msg);
+  }
 }
 
 namespace {

@@ -49,6 +49,9 @@ class Field {
   std::string get_string(const std::string& key, const std::string& dflt) const;
   // A path value, resolved against the workload file's folder (or the current folder for --set).
   std::string as_path() const;
+  // The file at `path` (from as_path) must exist and be a regular file; else this field fails,
+  // `what` first, and a relative path says where it was looked for and by which rule.
+  void require_file(const std::string& path, const std::string& what = "") const;
   bool from_override() const;
   // Refuses YAML tags (`!!str 50`, `!foo 50`) anywhere in this field's tree, keys included:
   // a workload's values are plain, and a tag would be ignored without a word. Also refuses

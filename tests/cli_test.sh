@@ -288,6 +288,45 @@ expect 2 "bad.yaml:[0-9]+:[0-9]+: field 'hardware.profiled.raw\\[0\\].ms': expec
   validate "$src/workloads/cpu_tiny.yaml" --set hardware="$p12/bad.yaml"
 expect 2 "calibrate: --budget 0: must be in" -- calibrate --model tiny --budget 0 --out "$p12/x.yaml"
 
+# Issue #25: what a new user trips over. Each case failed before its change.
+i25=$tmp/issue25
+tandem_abs=$(realpath "$tandem")
+mkdir -p "$i25/w" "$i25/a/b" "$i25/c"
+cp "$src/traces/vidur_sample.csv" "$src/traces/lengths_sample.csv" "$i25/w/"
+printf 'model: llama3-8b\nhardware: h200\nrequests: {trace: {format: vidur, path: vidur_sample.csv}}\n' >"$i25/w/trace.yaml"
+printf 'model: llama3-8b\nhardware: h200\nrequests: {count: 30, arrival: {process: poisson, rate: 5}, prompt_len: {dist: empirical, path: lengths_sample.csv, column: num_prefill_tokens}, output_len: {dist: empirical, path: lengths_sample.csv, column: num_decode_tokens}}\n' >"$i25/w/lengths.yaml"
+# 1. A run folder's workload.resolved.yaml runs again from another directory, to the byte.
+for wl in trace lengths; do
+  check "$wl: workload.resolved.yaml re-runs from another directory with identical requests.csv and steps.csv" \
+    bash -c "cd '$i25/a/b' && '$tandem_abs' run ../../w/$wl.yaml --out '$i25/$wl-1' --quiet --trace none &&
+             cd '$i25/c' && '$tandem_abs' run '$i25/$wl-1/workload.resolved.yaml' --out '$i25/$wl-2' --quiet --trace none &&
+             cmp -s '$i25/$wl-1/requests.csv' '$i25/$wl-2/requests.csv' && cmp -s '$i25/$wl-1/steps.csv' '$i25/$wl-2/steps.csv'"
+done
+# 2. One rule for relative paths: a file's from its folder, a --set value's from the current
+# directory; a missing one says where it was looked for.
+expect 2 "hardware profile: nope/x.yaml: cannot open file .*looked for .*/nope/x.yaml: a relative path in a --set value is taken from the current directory" -- \
+  validate "$q" --set hardware=nope/x.yaml
+printf 'model: llama3-8b\nhardware: h200\nrequests: {trace: {format: vidur, path: missing.csv}}\n' >"$i25/w/missing.yaml"
+expect 2 "missing.yaml:3:.*field 'requests.trace.path': .*missing.csv: cannot open file .*looked for $i25/w/missing.csv: a relative path is taken from the folder of" -- \
+  validate "$i25/w/missing.yaml"
+# 3. Every subcommand's --help exits 0 with its own options; --quiet without --out says so.
+expect 0 "usage: tandem run WORKLOAD.yaml.*" -- run --help
+expect 0 "--backend arg" -- run --help
+expect 0 "usage: tandem validate WORKLOAD.yaml" -- validate --help
+expect 0 "usage: tandem calibrate" -- calibrate --help
+expect 0 "--budget arg" -- calibrate -h
+expect 0 "usage: tandem generate" -- generate --help
+expect 0 "usage: tandem compare RUN_DIR_A RUN_DIR_B" -- compare --help
+expect 0 "--quiet without --out: the run's results are neither printed nor written" -- run "$q" --set requests.count=5 --quiet
+# 4. compare says when its runs are different workloads, or finished different requests, and
+# then compares the requests both finished.
+expect 0 "" -- run "$src/workloads/stage2_long_prompts.yaml" --set requests.count=200 --set engine.enable_chunked_prefill=false --out "$i25/nochunk" --quiet --trace none
+expect 0 "" -- run "$src/workloads/stage2_long_prompts.yaml" --set requests.count=200 --out "$i25/chunk" --quiet --trace none
+expect 0 "note: A finished [0-9]+ requests \([1-9][0-9]* failed\), B finished 200 \(0 failed\)" -- compare "$i25/nochunk" "$i25/chunk"
+expect 0 "^over the [0-9]+ requests both finished:" -- compare "$i25/nochunk" "$i25/chunk"
+expect 0 "^common.ttft_ms.p99 " -- compare "$i25/nochunk" "$i25/chunk"
+expect 0 "note: different workloads: A is 'quickstart', B is 'stage2_long_prompts'" -- compare "$tmp/a" "$i25/chunk"
+
 echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
 sort -rn "$times" | head -10 | cut -c1-160
 echo "$passes passed, $fails failed"
