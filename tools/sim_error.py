@@ -7,22 +7,18 @@ For each case: TTFT and TPOT (mean, p99) measured (median of the repetitions, wi
 (max - min) / median) and simulated, and the simulation's error against the measured median.
 Then, over every measured repetition, the per-step prediction error (steps.csv: predicted_ms,
 the cost model's price of the step, against elapsed_ms) by kind: decode-only, prefill-only,
-mixed; median, p90 and max of |error|, and the median signed error. Standard library only.
+mixed; median, p90 and max of |error|, and the median signed error.
+Standard library only (tools/tandem_tools.py).
 """
 import csv
-import json
 import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import tandem_tools as tt  # noqa: E402
 
-def load(path):
-    with open(os.path.join(path, "summary.json")) as f:
-        return json.load(f)
-
-
-def pct(sorted_vals, q):
-    return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))] if sorted_vals else float("nan")
+KEYS = ["ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99"]
 
 
 def step_errors(run_dirs):
@@ -45,36 +41,35 @@ def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
-    worst = 0.0
-    print(f"{'case':34} {'metric':10} {'measured':>10} {'spread':>7} {'simulated':>10} {'error':>8}")
+    configs, steps, missing = [], [], []
     for case in argv:
         name = os.path.basename(os.path.normpath(case))
         if not os.path.isdir(case):
             continue
         measured = sorted(d for d in os.listdir(case) if d.startswith("measured_"))
         if not measured or not os.path.isdir(os.path.join(case, "simulated")):
-            print(f"{name:34} (no runs: {case})")
+            missing.append("%s: no runs in %s" % (name, case))
             continue
-        ms = [load(os.path.join(case, d)) for d in measured]
-        sim = load(os.path.join(case, "simulated"))
-        for metric in ("ttft_ms", "tpot_ms"):
-            for q in ("mean", "p99"):
-                vals = [m[metric][q] for m in ms]
-                med = statistics.median(vals)
-                spread = (max(vals) - min(vals)) / med if med else float("nan")
-                err = (sim[metric][q] - med) / med if med else float("nan")
-                worst = max(worst, abs(err))
-                print(f"{name:34} {metric[:4] + ' ' + q:10} {med:>10.2f} {100 * spread:>6.1f}% "
-                      f"{sim[metric][q]:>10.2f} {100 * err:>+7.1f}%")
-        kinds = step_errors([os.path.join(case, d) for d in measured])
-        for kind, errs in kinds.items():
-            if not errs:
-                continue
-            a = sorted(abs(e) for e in errs)
-            print(f"{'':34} steps {kind:8} n={len(errs):<6} |err| median {100 * pct(a, 0.5):5.1f}% "
-                  f"p90 {100 * pct(a, 0.9):5.1f}% max {100 * a[-1]:6.1f}%; signed median "
-                  f"{100 * statistics.median(errs):+5.1f}%")
-    print(f"largest |error| of a TTFT/TPOT figure: {100 * worst:.1f}%")
+        ms = [tt.read_summary(os.path.join(case, d)) for d in measured]
+        sim = tt.read_summary(os.path.join(case, "simulated"))
+        configs.append((name, {k: [tt.metric(m, k) for m in ms] for k in KEYS}, tt.summary_metrics(sim, KEYS)))
+        for kind, errs in step_errors([os.path.join(case, d) for d in measured]).items():
+            if errs:
+                a = [abs(e) for e in errs]
+                steps.append([name, kind, len(errs), tt.fmt_pct(tt.percentile(a, 50, "index"), sign=False),
+                              tt.fmt_pct(tt.percentile(a, 90, "index"), sign=False), tt.fmt_pct(max(a), sign=False),
+                              tt.fmt_pct(statistics.median(errs))])
+    worst = tt.NAN
+    if configs:
+        text, worst = tt.error_table(configs, KEYS, config_header="case")
+        print(text)
+    if missing:
+        print("\n".join(missing))
+    if steps:
+        print(tt.format_table(["case", "step kind", "steps", "|error| median %", "|error| p90 %", "|error| max %",
+                               "signed median %"], steps, left=2,
+                              title="per-step prediction error of the measured runs (steps.csv pred_error):"))
+    print("largest |error| of a TTFT/TPOT figure: %s%%" % tt.fmt_pct(worst, sign=False))
     return 0
 
 

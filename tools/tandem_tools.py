@@ -1,0 +1,550 @@
+#!/usr/bin/env python3
+"""Shared code of the tools in tools/: `tandem run` into an output folder, reading its outputs,
+percentiles, text tables, the simulated-vs-measured error table and the capacity sweep.
+
+Standard library only; matplotlib only through pyplot(), imported when a plot is drawn.
+A tool in tools/ imports it with
+    sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+    import tandem_tools as tt
+The bash tools use its command line:
+    python3 tools/tandem_tools.py compare [--title TEXT] [--metrics K1,K2,...] [--ratio A/B]
+                                          LABEL=MEASURED_DIR,SIMULATED_DIR ...
+prints the error table of each simulated run folder against its measured one (summary.json),
+and with --ratio A/B the ratio of config A to config B, measured and simulated. Metric keys:
+METRICS below (e.g. ttft_mean, tpot_p99, req_per_s, hit_rate).
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+NAN = float("nan")
+
+# Metric key -> (label, unit, path in summary.json (None: a tool computes it), value when absent).
+# The keys are those of the bench tools' --json files.
+METRICS = {
+    "ttft_mean": ("TTFT mean", "ms", ("ttft_ms", "mean"), NAN),
+    "ttft_p50": ("TTFT p50", "ms", ("ttft_ms", "p50"), NAN),
+    "ttft_p90": ("TTFT p90", "ms", ("ttft_ms", "p90"), NAN),
+    "ttft_p99": ("TTFT p99", "ms", ("ttft_ms", "p99"), NAN),
+    "tpot_mean": ("TPOT mean", "ms", ("tpot_ms", "mean"), NAN),
+    "tpot_p50": ("TPOT p50", "ms", ("tpot_ms", "p50"), NAN),
+    "tpot_p99": ("TPOT p99", "ms", ("tpot_ms", "p99"), NAN),
+    "itl_p50": ("ITL p50", "ms", ("itl_ms", "p50"), NAN),
+    "itl_p90": ("ITL p90", "ms", ("itl_ms", "p90"), NAN),
+    "itl_p99": ("ITL p99", "ms", ("itl_ms", "p99"), NAN),
+    "itl_max": ("ITL max", "ms", ("itl_ms", "max"), NAN),
+    "itl_std": ("ITL std", "ms", ("itl_ms", "std"), NAN),
+    "e2e_mean": ("E2E mean", "ms", ("e2e_ms", "mean"), NAN),
+    "e2e_p50": ("E2E p50", "ms", ("e2e_ms", "p50"), NAN),
+    "e2e_p99": ("E2E p99", "ms", ("e2e_ms", "p99"), NAN),
+    "queue_mean": ("queue mean", "ms", ("queue_ms", "mean"), NAN),
+    "req_per_s": ("throughput", "req/s", ("throughput", "requests_per_s"), NAN),
+    "out_tok_per_s": ("output throughput", "tok/s", ("throughput", "output_tokens_per_s"), NAN),
+    "goodput_req_per_s": ("goodput", "req/s", ("goodput", "requests_per_s"), NAN),
+    "makespan_s": ("makespan", "s", ("makespan_s",), NAN),
+    "wall_s": ("wall time", "s", ("wall_s",), NAN),
+    "steps": ("steps", "", ("steps",), NAN),
+    "decode_steps_with_prefill_share": ("decode steps with prefill", "share",
+                                        ("steps_mix", "decode_steps_with_prefill_share"), NAN),
+    "kv_mean_util": ("KV mean use", "share", ("kv_cache", "mean_util"), NAN),
+    "hit_rate": ("token hit rate", "share", ("prefix_cache", "hit_rate"), NAN),
+    "block_hit_rate": ("block hit rate", "share", ("prefix_cache", "block_hit_rate"), 0.0),
+    "evictions": ("evictions", "blocks", ("prefix_cache", "evictions"), 0),
+    "finished": ("finished", "requests", ("requests", "finished"), NAN),
+    "failed": ("failed", "requests", ("requests", "failed"), NAN),
+    # computed from requests.csv by tools/bench-prefix
+    "ttft_hit_mean": ("TTFT mean, requests that hit", "ms", None, NAN),
+    "ttft_miss_mean": ("TTFT mean, requests that missed", "ms", None, NAN),
+    "n_hit": ("requests that hit", "requests", None, NAN),
+    "prefill_tokens_computed": ("prefill tokens computed", "tokens", None, NAN),
+}
+for _part in ("long", "short"):  # computed from requests.csv by tools/bench-chunked (--long-from)
+    METRICS.update({"ttft_%s_%s" % (_part, q): ("TTFT %s prompts %s" % (_part, q), "ms", None, NAN)
+                    for q in ("mean", "p50", "p99")})
+    METRICS["n_%s" % _part] = ("%s prompts" % _part, "requests", None, NAN)
+
+
+def metric(summary, key):
+    """The value of metric `key` in a summary.json object (METRICS gives the path)."""
+    _, _, path, absent = METRICS[key]
+    v = summary
+    for p in path or [None]:  # a metric that no summary holds (path None) is absent
+        if not isinstance(v, dict) or p not in v:
+            return absent
+        v = v[p]
+    return v
+
+
+def summary_metrics(summary, keys):
+    return {k: metric(summary, k) for k in keys}
+
+
+def metric_label(key, unit=True):
+    """'TTFT p99 (ms)' for ttft_p99; an unknown key is its own label."""
+    label, u = METRICS[key][:2] if key in METRICS else (key, "")
+    return "%s (%s)" % (label, u) if unit and u else label
+
+
+def metric_unit(key):
+    return METRICS[key][1] if key in METRICS else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Running tandem and reading its outputs
+
+def tandem_run_cmd(tandem, workload, out, sets=(), backend=None, threads=0, trace="none"):
+    """The `tandem run` command line: --quiet, --out OUT, --trace TRACE (None: tandem's default),
+    --backend (None: the workload's), --clock wall on a real backend, --threads on the CPU one."""
+    cmd = [tandem, "run", workload, "--quiet", "--out", out]
+    if trace:
+        cmd += ["--trace", trace]
+    if backend:
+        cmd += ["--backend", backend]
+        if backend != "sim":
+            cmd += ["--clock", "wall"]
+        if backend == "cpu" and threads:
+            cmd += ["--threads", str(threads)]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def read_summary(run_dir):
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def read_requests(run_dir):
+    """requests.csv as a list of dicts (strings; empty cells are '')."""
+    with open(os.path.join(run_dir, "requests.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def load_run(run_dir, label=None):
+    return {"label": label or os.path.basename(os.path.normpath(run_dir)), "dir": run_dir,
+            "summary": read_summary(run_dir), "requests": read_requests(run_dir)}
+
+
+def run_tandem(tandem, workload, out, sets=(), backend=None, threads=0, trace="none", label=None, tool="tandem"):
+    """Runs `tandem run` into `out` and loads the run (load_run); exits with tandem's stderr on failure."""
+    cmd = tandem_run_cmd(tandem, workload, out, sets, backend, threads, trace)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("%s: %s failed (exit %d):\n%s" % (tool, " ".join(cmd), r.returncode, r.stderr))
+    return load_run(out, label)
+
+
+class Runner:
+    """Runs of one workload into OUT/LABEL with common settings, a progress line per run on stderr
+    ("[3/12] chunk=512 rate 8: 1.2 s") and a closing line saying where the runs are."""
+
+    def __init__(self, tool, tandem, workload, out, backend=None, threads=0, sets=(), trace="none", total=0):
+        self.tool, self.tandem, self.workload, self.out = tool, tandem, workload, out
+        self.backend, self.threads, self.sets, self.trace = backend, threads, list(sets), trace
+        self.total, self.done, self.labels, self.started = total, 0, [], time.time()
+
+    def run(self, label, sets=(), what=None):
+        self.done += 1
+        n = "%d/%d" % (self.done, self.total) if self.total else str(self.done)
+        progress("[%s] %s: " % (n, what or label), end="")
+        t0 = time.time()
+        try:
+            rec = run_tandem(self.tandem, self.workload, os.path.join(self.out, label), self.sets + list(sets),
+                             self.backend, self.threads, self.trace, label, self.tool)
+        except SystemExit:
+            progress("failed after %.1f s" % (time.time() - t0))
+            raise
+        progress("%.1f s" % (time.time() - t0))
+        self.labels.append(label)
+        return rec
+
+    def where(self):
+        files = "summary.json, requests.csv, steps.csv" + ("" if self.trace == "none" else ", trace")
+        return "%d runs in %s/ (%s each; %.0f s in all)" % (len(self.labels), self.out.rstrip("/"), files,
+                                                         time.time() - self.started)
+
+
+def progress(msg, end="\n"):
+    sys.stderr.write(msg + end)
+    sys.stderr.flush()
+
+
+def parse_resolved_yaml(text):
+    """The block mappings of a resolved workload (DIR/workload.resolved.yaml, or what
+    `tandem validate` prints) as {"model.max_model_len": "8192", "engine.policy": "continuous", ...}.
+
+    A small reader for the YAML tandem emits, so the tools need no YAML package: `key: value`
+    and `key:` lines nested by indentation; values are strings (unquoted); comments and blank
+    lines are skipped, and so are sequences (`- ...` items and everything under them).
+    """
+    out, stack, skip_below = {}, [], None  # stack: (indent, key) of the open mappings
+    for line in text.splitlines():
+        body = line.strip()
+        if not body or body.startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        if skip_below is not None:
+            if indent > skip_below or (indent == skip_below and body.startswith("- ")):
+                continue
+            skip_below = None
+        if body.startswith("- ") or body == "-":
+            skip_below = indent
+            continue
+        key, sep, value = body.partition(":")
+        if not sep:
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = ".".join([k for _, k in stack] + [key.strip()])
+        value = value.split(" #")[0].strip()
+        if value:
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            out[path] = value
+        else:
+            stack.append((indent, key.strip()))
+    return out
+
+
+def read_resolved(run_dir):
+    """The resolved configuration a run used (its workload.resolved.yaml): parse_resolved_yaml."""
+    with open(os.path.join(run_dir, "workload.resolved.yaml")) as f:
+        return parse_resolved_yaml(f.read())
+
+
+def resolve_config(tandem, workload, sets=(), tool="tandem"):
+    """The resolved configuration of a workload with --set overrides, before running it: the YAML
+    `tandem validate` prints (the same as a run's workload.resolved.yaml), parse_resolved_yaml."""
+    cmd = [tandem, "validate", workload] + [x for s in sets for x in ("--set", s)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("%s: %s failed (exit %d):\n%s" % (tool, " ".join(cmd), r.returncode, r.stderr))
+    return parse_resolved_yaml(r.stdout)
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+
+def percentile(values, p, method="nearest"):
+    """The p-th percentile (0 < p <= 100) of values; nan when empty.
+    nearest: the nearest-rank value, the ceil(p/100 * n)-th smallest (the bench tools);
+    index:   the value at index min(n - 1, floor(p/100 * n)) of the sorted values (the step errors
+             of tools/sim_error.py)."""
+    v = sorted(values)
+    if not v:
+        return NAN
+    n = len(v)
+    if method == "nearest":
+        return v[int(max(1, -(-n * p // 100))) - 1]
+    if method == "index":
+        return v[min(n - 1, int(n * p // 100))]
+    raise ValueError("percentile method %r" % method)
+
+
+def mean(values):
+    values = list(values)
+    return sum(values) / len(values) if values else NAN
+
+
+def rel_error(simulated, measured):
+    """(simulated - measured) / measured; nan when measured is 0 or either is missing."""
+    try:
+        return (simulated - measured) / measured if measured else NAN
+    except TypeError:
+        return NAN
+
+
+def is_nan(x):
+    return isinstance(x, float) and math.isnan(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+def fmt_num(x, digits=4):
+    """A number for a table: ints as they are, floats to `digits` significant digits in fixed
+    point (no exponent; at most 6 decimals), '-' for None or nan."""
+    if x is None or is_nan(x):
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "0"
+    decimals = min(6, max(0, digits - 1 - int(math.floor(math.log10(abs(x))))))
+    return "%.*f" % (decimals, x)
+
+
+def fmt_pct(x, decimals=1, sign=True):
+    """100 x as a percentage figure ('+3.1'), '-' for nan; the % goes in the column header."""
+    if x is None or is_nan(x):
+        return "-"
+    return ("%+.*f" if sign else "%.*f") % (decimals, 100 * x)
+
+
+def fmt_ratio(x, decimals=3):
+    return "-" if x is None or is_nan(x) else "%.*f" % (decimals, x)
+
+
+def format_table(header, rows, left=1, fmt=fmt_num, title=None):
+    """A text table: a header row, then the rows; the first `left` columns are labels (left-aligned),
+    the others right-aligned. Cells that are not strings go through fmt (a function, or a list of
+    one per column, None for the default). Put the units in the header ('TTFT p99 (ms)')."""
+    fmts = fmt if isinstance(fmt, (list, tuple)) else [fmt] * len(header)
+    cells = [[c if isinstance(c, str) else (fmts[i] or fmt_num)(c) for i, c in enumerate(r)] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells if i < len(r)]) for i, h in enumerate(header)]
+
+    def line(r):
+        return "  ".join(c.ljust(widths[i]) if i < left else c.rjust(widths[i])
+                         for i, c in enumerate(r)).rstrip()
+    out = ([title] if title else []) + [line(header)] + [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def metrics_table(runs, keys, title=None):
+    """Metrics side by side: one row per metric key (label and unit), one column per run.
+    runs: {label: {key: value}}."""
+    return format_table(["metric"] + list(runs), [[metric_label(k)] + [r.get(k) for r in runs.values()]
+                                                   for k in keys], title=title)
+
+
+def ratio_table(runs, keys, base, title=None):
+    """Each run's metrics over those of run `base` (x), one column per run but the base."""
+    others = [l for l in runs if l != base]
+    rows = []
+    for k in keys:
+        b = runs[base].get(k)
+        rows.append([metric_label(k, unit=False)] + [fmt_ratio(runs[l][k] / b if b else NAN) for l in others])
+    return format_table(["metric"] + ["%s (x)" % l for l in others], rows,
+                        title=title or "ratios vs %s (x):" % base)
+
+
+def error_table(configs, keys, title=None, config_header="config"):
+    """The simulated-vs-measured error table: one row per config and metric with the unit,
+    measured, simulated and the relative error 100 (S - M) / M (%).
+
+    configs: [(label, measured, simulated)], each a {key: value} dict; a measured value may be a
+    list of repetitions: the table then shows their median, and their spread (max - min) / median
+    in a column of its own, and the error is against the median.
+    Returns (text, largest |error| as a fraction, nan when none)."""
+    spread = any(isinstance(m.get(k), (list, tuple)) for _, m, _ in configs for k in keys)
+    rows, worst = [], NAN
+    for label, measured, simulated in configs:
+        for k in keys:
+            m, s, sp = measured.get(k), simulated.get(k), NAN
+            if isinstance(m, (list, tuple)):
+                vals = [v for v in m if v is not None]
+                m = statistics.median(vals) if vals else NAN
+                sp = (max(vals) - min(vals)) / m if vals and m else NAN
+            err = rel_error(s, m)
+            if not is_nan(err):
+                worst = abs(err) if is_nan(worst) else max(worst, abs(err))
+            rows.append([label, metric_label(k, unit=False), metric_unit(k), m]
+                        + ([fmt_pct(sp, sign=False)] if spread else []) + [s, fmt_pct(err)])
+    header = [config_header, "metric", "unit", "measured"] + (["spread %"] if spread else []) + ["simulated", "error %"]
+    return format_table(header, rows, left=3, title=title), worst
+
+
+# ---------------------------------------------------------------------------------------------
+# Capacity
+
+def capacity(results):
+    """results: [(rate, meets the SLOs)]. Returns (best, fail_above, fails_below): the highest rate
+    meeting the SLOs (None: none does), the lowest failing rate above it (None: none tried), and the
+    failing rates below it (a sweep that is not monotonic)."""
+    ok = [r for r, good in results if good]
+    bad = sorted(r for r, good in results if not good)
+    if not ok:
+        return None, (bad[0] if bad else None), []
+    best = max(ok)
+    above = [r for r in bad if r > best]
+    return best, (above[0] if above else None), [r for r in bad if r < best]
+
+
+def capacity_text(results, unit="req/s"):
+    """One line on the capacity that results show, with the resolution of the grid of rates."""
+    best, above, below = capacity(results)
+    if best is None:
+        text = ("none: the lowest rate tried, %g %s, fails" % (above, unit)) if above is not None else "none (no runs)"
+    elif above is None:
+        text = "%g %s: capacity at least %g %s (the highest rate tried)" % (best, unit, best, unit)
+    else:
+        text = "%g %s: capacity between %g and %g %s (the grid's resolution)" % (best, unit, best, above, unit)
+    if below:
+        text += "; not monotonic: fails at %s %s below it" % (", ".join("%g" % r for r in below), unit)
+    return text
+
+
+def capacity_sweep(runner, configs, rates, slos, columns, config_header="config"):
+    """Runs each config at each arrival rate (requests.arrival.rate, into OUT/LABEL@RATE) and prints
+    a table of the `columns` metrics with whether each run meets the SLOs, then per config the
+    highest rate meeting them (capacity_text). configs: [(label, sets)]; slos: [(metric key, limit)]:
+    a run meets them when each metric <= its limit. Returns {label: highest rate or None}."""
+    rows, best, texts = [], {}, {}
+    for label, sets in configs:
+        results = []
+        for rate in rates:
+            rec = runner.run("%s@%g" % (label, rate), list(sets) + ["requests.arrival.rate=%g" % rate],
+                             what="%s rate %g" % (label, rate))
+            s = rec["summary"]
+            ok = all(metric(s, k) <= limit for k, limit in slos)
+            results.append((rate, ok))
+            rows.append([label, rate] + [metric(s, k) for k in columns] + ["ok" if ok else "-"])
+        best[label], texts[label] = capacity(results)[0], capacity_text(results)
+    print(format_table([config_header, "rate (req/s)"] + [metric_label(k) for k in columns] + ["SLOs met"], rows,
+                       fmt=[None, "{:g}".format] + [None] * (len(columns) + 1)))
+    print("highest rate meeting %s (rates tried: %s req/s):" % (
+        " and ".join("%s <= %g %s" % (metric_label(k, unit=False), v, metric_unit(k)) for k, v in slos),
+        ", ".join("%g" % r for r in rates)))
+    width = max(len(l) for l, _ in configs)
+    for label, _ in configs:
+        print("  %-*s  %s" % (width, label, texts[label]))
+    return best
+
+
+def parse_rates(text):
+    return [float(r) for r in text.split(",") if r.strip()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Plotting
+
+def pyplot(tool):
+    """matplotlib.pyplot with the Agg backend. A python3 earlier on PATH (pyenv, a venv) may lack
+    Debian's matplotlib: the tool then runs again under /usr/bin/python3."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
+            os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+        sys.exit("%s: plots need matplotlib (apt-get install python3-matplotlib, or tools/setup)" % tool)
+
+
+# ---------------------------------------------------------------------------------------------
+# Simulated vs measured for a bench tool (tools/stage2-sim-vs-measured, tools/stage3-sim-vs-measured)
+
+CPU_CALIBRATION = ["workloads/cpu_calibrate_tiny.yaml", "workloads/cpu_calibrate_tiny_static.yaml",
+                   "workloads/cpu_calibrate_tiny_chunked.yaml"]
+
+
+def bench_sim_vs_measured(tool, bench, workload, bench_args, keys, base, ratio_keys, out,
+                          reuse_profile=False):
+    """On the CPU backend: the linear-fit profile from CPU_CALIBRATION (`tandem calibrate` without
+    --model; kept when reuse_profile and OUT/profile.yaml exists), then tools/BENCH on the workload
+    measured (--backend cpu, wall clock) and simulated (--backend sim) with that profile, and the
+    error table of `keys` per config, and the measured ratios of `ratio_keys` against config `base`.
+    Environment: TANDEM (default build/tandem), THREADS (CPU backend threads, 0: all cores)."""
+    tandem, threads = os.environ.get("TANDEM", "build/tandem"), os.environ.get("THREADS", "0")
+    here = os.path.dirname(os.path.realpath(__file__))
+    os.makedirs(out, exist_ok=True)
+    profile = os.path.join(out, "profile.yaml")
+    if not (reuse_profile and os.path.isfile(profile)):
+        cmd = [tandem, "calibrate", "--backend", "cpu"] + [x for w in CPU_CALIBRATION for x in ("--workload", w)]
+        cmd += (["--threads", threads] if threads != "0" else []) + ["--out", profile]
+        progress("[calibrate] linear fit on %d CPU workloads (%s/calibrate.txt): " % (len(CPU_CALIBRATION), out), end="")
+        t0 = time.time()
+        with open(os.path.join(out, "calibrate.txt"), "w") as f:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        progress("%.0f s" % (time.time() - t0))
+        with open(os.path.join(out, "calibrate.txt")) as f:
+            tail = f.read().splitlines()[-2:]
+        print("\n".join(tail))
+        if rc != 0:
+            sys.exit("%s: %s failed (exit %d)" % (tool, " ".join(cmd), rc))
+    runs = {}
+    for kind, backend in (("measured", "cpu"), ("simulated", "sim")):
+        cmd = [os.path.join(here, bench), "--tandem", tandem, "--backend", backend]
+        cmd += (["--threads", threads] if backend == "cpu" else []) + list(bench_args)
+        cmd += ["--set", "hardware=" + profile, "--out", os.path.join(out, kind),
+                "--json", os.path.join(out, kind + ".json"), workload]
+        progress("[%s] tools/%s --backend %s (table: %s/%s.txt)" % (kind, bench, backend, out, kind))
+        with open(os.path.join(out, kind + ".txt"), "w") as f:
+            rc = subprocess.run(cmd, stdout=f).returncode  # its progress lines go to stderr
+        if rc != 0:
+            sys.exit("%s: %s failed (exit %d)" % (tool, " ".join(cmd), rc))
+        with open(os.path.join(out, kind + ".json")) as f:
+            runs[kind] = json.load(f)["runs"]
+    m, s = runs["measured"], runs["simulated"]
+    text, worst = error_table([(c, m[c], s[c]) for c in m], keys,
+                              title="measured (CPU backend) vs simulated with the fitted profile %s; "
+                                    "error = (simulated - measured) / measured" % profile)
+    text += "\nlargest |error|: %s%%\n\n" % fmt_pct(worst, sign=False)
+    text += ratio_table(m, ratio_keys, base, title="measured, against %s (x):" % base)
+    print(text)
+    with open(os.path.join(out, "errors.txt"), "w") as f:
+        f.write(text + "\n")
+    print("wrote %s/: profile.yaml, calibrate.txt, errors.txt (this table), measured/ and simulated/ "
+          "(runs), measured.{txt,json}, simulated.{txt,json} (the bench tables)" % out.rstrip("/"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line: compare
+
+def compare_main(argv):
+    ap = argparse.ArgumentParser(prog="tandem_tools.py compare",
+                                 description="Simulated vs measured run folders: the error table.")
+    ap.add_argument("pairs", nargs="+", metavar="LABEL=MEASURED_DIR,SIMULATED_DIR")
+    ap.add_argument("--title")
+    ap.add_argument("--metrics", default="ttft_mean,ttft_p50,ttft_p99,tpot_mean,tpot_p50,tpot_p99",
+                    help="comma-separated metric keys (default: %(default)s)")
+    ap.add_argument("--ratio", metavar="A/B", help="also config A over config B, measured and simulated")
+    a = ap.parse_args(argv)
+    keys = [k for k in a.metrics.split(",") if k]
+    for k in keys:
+        if k not in METRICS:
+            ap.error("unknown metric %r (known: %s)" % (k, ", ".join(METRICS)))
+    configs, missing = [], []
+    for pair in a.pairs:
+        label, sep, dirs = pair.partition("=")
+        m_dir, sep2, s_dir = dirs.partition(",")
+        if not sep or not sep2:
+            ap.error("%r is not LABEL=MEASURED_DIR,SIMULATED_DIR" % pair)
+        got = []
+        for d in (m_dir, s_dir):
+            try:
+                got.append(summary_metrics(read_summary(d), keys))
+            except (OSError, ValueError) as e:
+                missing.append("%s: no run in %s (%s)" % (label, d, e.__class__.__name__))
+        if len(got) == 2:
+            configs.append((label, got[0], got[1]))
+    if configs:
+        text, worst = error_table(configs, keys, title=a.title)
+        print(text)
+        print("largest |error|: %s%%" % fmt_pct(worst, sign=False))
+    elif a.title:
+        print(a.title)
+    for line in missing:
+        print(line)
+    if a.ratio and configs:
+        num, _, den = a.ratio.partition("/")
+        byl = {l: (m, s) for l, m, s in configs}
+        if num in byl and den in byl:
+            rows = [[metric_label(k, unit=False)] + [fmt_ratio(byl[num][i][k] / byl[den][i][k]
+                                                               if byl[den][i][k] else NAN) for i in (0, 1)]
+                    for k in keys]
+            rows = [r for r in rows if r[1:] != ["-", "-"]]  # e.g. a hit rate over caching off's 0
+            print(format_table(["metric", "measured %s/%s (x)" % (num, den), "simulated %s/%s (x)" % (num, den)], rows))
+    return 0
+
+
+def main(argv):
+    if argv and argv[0] == "compare":
+        return compare_main(argv[1:])
+    print(__doc__)
+    return 0 if argv and argv[0] in ("-h", "--help") else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

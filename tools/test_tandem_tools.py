@@ -1,0 +1,228 @@
+"""Unit tests of tools/tandem_tools.py: python3 -m unittest tools/test_tandem_tools.py
+
+The last class runs build/tandem (a few requests of workloads/quickstart.yaml into a temporary
+folder) and is skipped when the binary is missing.
+"""
+import contextlib
+import io
+import math
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import tandem_tools as tt  # noqa: E402
+
+TANDEM = os.environ.get("TANDEM", os.path.join(ROOT, "build", "tandem"))  # meson passes its build's
+
+
+class Percentiles(unittest.TestCase):
+    def test_nearest_rank(self):
+        v = list(range(10, 0, -1))  # 10..1, unsorted on purpose
+        self.assertEqual(tt.percentile(v, 50), 5)     # ceil(0.5 * 10) = 5th smallest
+        self.assertEqual(tt.percentile(v, 90), 9)
+        self.assertEqual(tt.percentile(v, 99), 10)
+        self.assertEqual(tt.percentile(v, 100), 10)
+        self.assertEqual(tt.percentile(v, 1), 1)
+        self.assertEqual(tt.percentile([7.5], 99), 7.5)
+
+    def test_index_method(self):
+        v = list(range(1, 11))
+        self.assertEqual(tt.percentile(v, 50, "index"), 6)   # v[floor(0.5 * 10)]
+        self.assertEqual(tt.percentile(v, 90, "index"), 10)
+        self.assertEqual(tt.percentile(v, 100, "index"), 10)
+
+    def test_empty_and_mean(self):
+        self.assertTrue(math.isnan(tt.percentile([], 50)))
+        self.assertTrue(math.isnan(tt.mean([])))
+        self.assertEqual(tt.mean([1, 2, 3, 6]), 3)
+        with self.assertRaises(ValueError):
+            tt.percentile([1], 50, "linear")
+
+
+class Tables(unittest.TestCase):
+    def test_fmt_num(self):
+        self.assertEqual(tt.fmt_num(12345.6), "12346")
+        self.assertEqual(tt.fmt_num(1.23456), "1.235")
+        self.assertEqual(tt.fmt_num(0.0123456), "0.01235")
+        self.assertEqual(tt.fmt_num(7), "7")
+        self.assertEqual(tt.fmt_num(0.0), "0")
+        self.assertEqual(tt.fmt_num(float("nan")), "-")
+        self.assertEqual(tt.fmt_num(None), "-")
+
+    def test_alignment(self):
+        text = tt.format_table(["config", "TTFT p99 (ms)", "req/s"],
+                               [["a", 1.5, 100], ["a much longer label", 12345.6, 2], ["b", float("nan"), "n/a"]],
+                               title="title line")
+        lines = text.splitlines()
+        self.assertEqual(lines[0], "title line")
+        header, rows = lines[1], lines[2:]
+        self.assertEqual(len(rows), 3)
+        self.assertTrue(header.startswith("config "))
+        # every line is as wide as the others: the last column is right-aligned
+        self.assertEqual(len({len(l) for l in lines[1:]}), 1)
+        # numbers end where their header ends (right-aligned), labels start at 0 (left-aligned)
+        end = header.index("TTFT p99 (ms)") + len("TTFT p99 (ms)")
+        for row, cell in zip(rows, ("1.500", "12346", "-")):
+            self.assertEqual(row[end - len(cell):end], cell)
+            self.assertEqual(row[end:end + 1], " ")
+        for row, label in zip(rows, ("a", "a much longer label", "b")):
+            self.assertTrue(row.startswith(label + " "))
+        for row, cell in zip(rows, ("100", "2", "n/a")):
+            self.assertTrue(row.endswith(" " + cell))
+
+    def test_metric_labels(self):
+        self.assertEqual(tt.metric_label("ttft_p99"), "TTFT p99 (ms)")
+        self.assertEqual(tt.metric_label("req_per_s"), "throughput (req/s)")
+        self.assertEqual(tt.metric_label("steps"), "steps")
+        self.assertEqual(tt.metric_label("no_such_key"), "no_such_key")
+        summary = {"ttft_ms": {"p99": 12.5}, "prefix_cache": {"hit_rate": 0.5}}
+        self.assertEqual(tt.metric(summary, "ttft_p99"), 12.5)
+        self.assertEqual(tt.metric(summary, "evictions"), 0)       # absent: its default
+        self.assertTrue(math.isnan(tt.metric(summary, "tpot_p99")))
+        self.assertTrue(math.isnan(tt.metric(summary, "ttft_long_mean")))  # computed by a tool, not in a summary
+
+    def test_error_table(self):
+        text, worst = tt.error_table([("on", {"ttft_mean": 100.0, "hit_rate": 0.0}, {"ttft_mean": 110.0, "hit_rate": 0.1}),
+                                      ("off", {"ttft_mean": 50.0, "hit_rate": 0.0}, {"ttft_mean": 40.0, "hit_rate": 0.0})],
+                                     ["ttft_mean", "hit_rate"])
+        lines = text.splitlines()
+        self.assertEqual(lines[0].split(), ["config", "metric", "unit", "measured", "simulated", "error", "%"])
+        self.assertTrue(lines[1].endswith("+10.0"))
+        self.assertTrue(lines[2].endswith("-"))          # measured 0: no relative error
+        self.assertTrue(lines[3].endswith("-20.0"))
+        self.assertAlmostEqual(worst, 0.2)
+        self.assertEqual(len({len(l) for l in lines}), 1)
+
+    def test_error_table_repetitions(self):
+        text, worst = tt.error_table([("case", {"tpot_p99": [90.0, 110.0, 100.0]}, {"tpot_p99": 95.0})], ["tpot_p99"])
+        header, row = text.splitlines()
+        self.assertIn("spread %", header)
+        self.assertEqual(row.split()[-4:], ["100.0", "20.0", "95.00", "-5.0"])
+        self.assertAlmostEqual(worst, 0.05)
+
+    def test_ratio_table(self):
+        text = tt.ratio_table({"off": {"ttft_mean": 10.0, "hit_rate": 0.0}, "on": {"ttft_mean": 2.5, "hit_rate": 0.8}},
+                              ["ttft_mean", "hit_rate"], "off")
+        lines = text.splitlines()
+        self.assertEqual(lines[0], "ratios vs off (x):")
+        self.assertEqual(lines[1].split(), ["metric", "on", "(x)"])
+        self.assertTrue(lines[2].endswith("0.250"))
+        self.assertTrue(lines[3].endswith("-"))
+
+
+class Capacity(unittest.TestCase):
+    def test_capacity(self):
+        self.assertEqual(tt.capacity([(8, True), (16, True), (32, False), (64, False)]), (16, 32, []))
+        self.assertEqual(tt.capacity([(8, True), (16, True)]), (16, None, []))
+        self.assertEqual(tt.capacity([(16, False), (8, False)]), (None, 8, []))
+        self.assertEqual(tt.capacity([(8, False), (16, True), (32, False)]), (16, 32, [8]))
+        self.assertIn("between 16 and 32 req/s", tt.capacity_text([(8, True), (16, True), (32, False)]))
+        self.assertIn("at least 16 req/s", tt.capacity_text([(8, True), (16, True)]))
+        self.assertIn("none", tt.capacity_text([(8, False)]))
+        self.assertIn("not monotonic", tt.capacity_text([(8, False), (16, True), (32, False)]))
+
+    def test_sweep_on_synthetic_runs(self):
+        class FakeRunner:  # TTFT p99 grows with the rate, faster without caching
+            def __init__(self):
+                self.calls = []
+
+            def run(self, label, sets, what=None):
+                self.calls.append((label, list(sets)))
+                rate = float(sets[-1].split("=")[1])
+                slope = 10.0 if "caching=false" in sets[0] else 2.0
+                return {"summary": {"ttft_ms": {"p99": slope * rate * rate}, "tpot_ms": {"p99": 20.0},
+                                    "throughput": {"requests_per_s": rate}}}
+
+        runner, out = FakeRunner(), io.StringIO()
+        with contextlib.redirect_stdout(out):
+            best = tt.capacity_sweep(runner, [("off", ["caching=false"]), ("on", ["caching=true"])], [4, 8, 16, 32],
+                                     [("ttft_p99", 1000.0), ("tpot_p99", 50.0)], ["ttft_p99", "req_per_s"])
+        # off: 10 r^2 <= 1000 up to r = 8 (16 gives 2560); on: 2 r^2 <= 1000 up to r = 16 (32 gives 2048)
+        self.assertEqual(best, {"off": 8, "on": 16})
+        self.assertEqual(runner.calls[0], ("off@4", ["caching=false", "requests.arrival.rate=4"]))
+        text = out.getvalue()
+        self.assertIn("between 8 and 16 req/s", text)
+        self.assertIn("between 16 and 32 req/s", text)
+        self.assertIn("TTFT p99 <= 1000 ms and TPOT p99 <= 50 ms", text)
+        table = text.splitlines()[:9]
+        self.assertEqual(len({len(l) for l in table}), 1)
+
+
+class ResolvedYaml(unittest.TestCase):
+    SAMPLE = """name: w
+model:
+  name: llama3-8b
+  max_model_len: 8192
+engine:
+  policy: continuous
+  cuda_attention: "simt"
+requests:
+  count: 300
+  arrival:
+    process: poisson
+    rate: 20
+  prompt_len:
+    dist: mixture
+    components:
+      - dist: uniform
+        min: 32
+      - dist: uniform
+        min: 2048
+  output_len:
+    dist: uniform
+slo:
+  ttft_ms: 2000
+# predicted step times (ms): decode 1 x 1024 ctx 3.673
+"""
+
+    def test_parse(self):
+        c = tt.parse_resolved_yaml(self.SAMPLE)
+        self.assertEqual(c["name"], "w")
+        self.assertEqual(c["model.max_model_len"], "8192")
+        self.assertEqual(c["engine.cuda_attention"], "simt")
+        self.assertEqual(c["requests.arrival.rate"], "20")
+        self.assertEqual(c["requests.prompt_len.dist"], "mixture")
+        self.assertEqual(c["requests.output_len.dist"], "uniform")
+        self.assertEqual(c["slo.ttft_ms"], "2000")
+        self.assertFalse(any(k.endswith(".min") for k in c))  # sequence items are skipped
+
+
+@unittest.skipUnless(os.access(TANDEM, os.X_OK), "no build/tandem (build it first)")
+class RealRun(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="tandem-tools-test-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_run_and_read(self):
+        workload = os.path.join(ROOT, "workloads", "quickstart.yaml")
+        sets = ["requests.count=5", "engine.max_num_batched_tokens=4096"]
+        runner = tt.Runner("test", TANDEM, workload, self.tmp, sets=sets, total=1)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rec = runner.run("a", ["engine.policy=static"])
+        self.assertRegex(err.getvalue(), r"^\[1/1\] a: \d+\.\d s\n$")
+        run_dir = os.path.join(self.tmp, "a")
+        self.assertFalse(os.path.exists(os.path.join(run_dir, "trace.json")))  # --trace none by default
+        self.assertEqual(len(rec["requests"]), 5)
+        self.assertEqual(tt.metric(rec["summary"], "finished"), 5)
+        cfg = tt.read_resolved(run_dir)
+        self.assertEqual(cfg["requests.count"], "5")
+        self.assertEqual(cfg["engine.policy"], "static")
+        self.assertEqual(cfg["engine.max_num_batched_tokens"], "4096")
+        self.assertEqual(int(cfg["model.max_model_len"]), 8192)
+        self.assertEqual(int(cfg["engine.max_num_batched_tokens"]), rec["summary"]["engine"]["max_num_batched_tokens"])
+        # `tandem validate` prints the same configuration before any run
+        before = tt.resolve_config(TANDEM, workload, sets + ["engine.policy=static"])
+        self.assertEqual(before, cfg)
+        self.assertIn("1 runs in", runner.where())
+
+
+if __name__ == "__main__":
+    unittest.main()
