@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""Checks README.md against the tree and the built tandem, so that what a new user reads works.
+
+Usage: readme_check.py SOURCE_DIR TANDEM
+
+  paths      every repository path the README names in backticks or code blocks (workloads/,
+             tools/, reports/, traces/, tests/, sim/, policies/, backend/, core/) exists
+             (upper-case components such as TARGET and '*' are wildcards)
+  quick      the first code block's first two commands name make targets and scripts that
+             exist, and the block names the workload `make run` runs
+  workloads  `tandem validate` accepts every workloads/*.yaml the README names (a workload whose
+             trace lies outside the tree and is absent is skipped); every profile it names
+             validates with its own model; `tandem run` of the quickstart workload with
+             --set requests.count=20 --quiet succeeds
+  presets    the model and hardware preset tables list exactly the presets tandem knows, with
+             the numbers `tandem validate --set model=NAME` (hardware=NAME) prints; the
+             engine table's defaults are what `tandem validate` prints for a workload without
+             an engine section
+  commands   the Command line block names the subcommands `tandem --help` lists
+  links      every relative link resolves (a file, and a heading for a #anchor); every
+             "report, YYYY-MM-DD" attribution is a link to an existing file under reports/
+             that mentions that date
+  layout     every file in workloads/, workloads/bench/, workloads/profiles/ and tools/ is
+             named in the Layout section
+
+Standard library only. Prints one line per failure and per check, then "N passed, N failed";
+exits 1 on any failure, 2 on bad usage.
+"""
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+PREFIXES = ("workloads", "tools", "reports", "traces", "tests", "sim", "policies", "backend", "core")
+# A path the README may name before it exists: run.sh creates it with the first known finding.
+MAY_BE_ABSENT = ("tests/fuzz/findings/",)
+PATH_RE = re.compile(r"(?<![\w./~-])((?:%s)/[\w.*+/{},-]*)" % "|".join(PREFIXES))
+FENCE_RE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
+INLINE_RE = re.compile(r"`([^`\n]+)`")
+LINK_RE = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")
+ATTRIB_RE = re.compile(r"report,\s+(\d{4}-\d{2}-\d{2})")
+SKIP_DEFAULTS = {"derived", "none", "required", "see below", "file name"}
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+class Checker:
+    def __init__(self, src, tandem):
+        self.src, self.tandem = src, tandem
+        self.passed = self.failed = self.skipped = 0
+        self.readme = read(os.path.join(src, "README.md"))
+
+    def ok(self, cond, what):
+        if cond:
+            self.passed += 1
+        else:
+            self.failed += 1
+            print(f"FAIL {what}")
+        return cond
+
+    def skip(self, what):
+        self.skipped += 1
+        print(f"skip {what}")
+
+    def run(self, args, timeout=60):
+        try:
+            p = subprocess.run([self.tandem] + args, cwd=self.src, capture_output=True, text=True, timeout=timeout)
+            return p.returncode, p.stdout, p.stderr
+        except subprocess.TimeoutExpired:
+            return 124, "", f"timed out after {timeout} s"
+
+    # ---- helpers over the README ----
+    def code_texts(self):
+        """Fenced blocks and inline code spans (inline spans taken outside the fences)."""
+        blocks = FENCE_RE.findall(self.readme)
+        rest = FENCE_RE.sub("", self.readme)
+        return blocks + INLINE_RE.findall(rest)
+
+    def section(self, title):
+        m = re.search(r"^## %s\n(.*?)(?=^## |\Z)" % re.escape(title), self.readme, re.M | re.S)
+        return m.group(1) if m else ""
+
+    def table_after(self, text, header_first_cell):
+        """Rows (dicts by header) of the first table whose header's first cell is given."""
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if line.startswith("|") and cells[0] == header_first_cell:
+                rows = []
+                for row in lines[i + 2:]:
+                    if not row.startswith("|"):
+                        break
+                    vals = [c.strip().strip("`") for c in row.strip().strip("|").split("|")]
+                    rows.append(dict(zip(cells, vals)))
+                return rows
+        return None
+
+    # ---- 1. paths ----
+    def exists(self, path):
+        path = path.rstrip(".,:;")
+        if any(path.startswith(p) for p in MAY_BE_ABSENT):
+            return True
+        m = re.search(r"\{([^{}]*)\}", path)  # brace expansion: a.{h,cpp}
+        if m:
+            return all(self.exists(path[:m.start()] + alt + path[m.end():]) for alt in m.group(1).split(","))
+        parts = ["*" if re.fullmatch(r"[A-Z][A-Z0-9_]*", c) else c for c in path.split("/")]
+        pattern = os.path.join(self.src, *[p for p in parts if p])
+        return bool(glob.glob(pattern))
+
+    def check_paths(self):
+        seen = set()
+        for text in self.code_texts():
+            for p in PATH_RE.findall(text):
+                p = p.rstrip(".,:;")
+                if p in seen or p.endswith("..."):
+                    continue
+                seen.add(p)
+                self.ok(self.exists(p), f"paths: README names `{p}`, which does not exist")
+        print(f"paths: {len(seen)} repository paths named")
+        return seen
+
+    # ---- 2. quick start ----
+    def quickstart_workload(self):
+        mk = read(os.path.join(self.src, "Makefile"))
+        m = re.search(r"^WORKLOAD\s*\?=\s*(\S+)", mk, re.M)
+        return (m.group(1) if m else "workloads/quickstart.yaml"), mk
+
+    def check_quick(self):
+        blocks = FENCE_RE.findall(self.readme)
+        if not self.ok(blocks, "quick: the README has no code block"):
+            return
+        first = [l.split("#")[0].strip() for l in blocks[0].split("\n") if l.split("#")[0].strip()]
+        self.ok(len(first) >= 2, "quick: the first code block has fewer than two commands")
+        workload, mk = self.quickstart_workload()
+        targets = set(re.findall(r"^([\w-]+):", mk, re.M))
+        for cmd in first[:2]:
+            for part in cmd.split("&&"):
+                words = part.split()
+                if words and words[0] == "make":
+                    for t in (w for w in words[1:] if "=" not in w and not w.startswith("-")):
+                        self.ok(t in targets, f"quick: `{part.strip()}`: no make target '{t}'")
+                elif words and words[0].startswith("tools/"):
+                    f = os.path.join(self.src, words[0])
+                    self.ok(os.path.isfile(f) and os.access(f, os.X_OK), f"quick: `{words[0]}` is not an executable file")
+        self.ok(workload in blocks[0], f"quick: the first code block does not name {workload}, which `make run` runs")
+        print(f"quick: {first[:2]}")
+
+    # ---- 3. workloads ----
+    def outside_trace_missing(self, wpath):
+        """A path the workload reads that lies outside the tree and is absent (a public trace)."""
+        text = read(wpath)
+        for p in re.findall(r"\bpath:\s*([^,}\s]+)", text):
+            full = os.path.normpath(os.path.join(os.path.dirname(wpath), p))
+            if not full.startswith(os.path.normpath(self.src) + os.sep) and not os.path.exists(full):
+                return full
+        return None
+
+    def named_workloads(self, paths):
+        """workloads/... paths the README names, and the files of workloads/ (bench/, profiles/) it
+        names by file name alone (as the Layout section does)."""
+        named = {p for p in paths if p.startswith("workloads/") and p.endswith(".yaml") and "*" not in p}
+        for d in ("workloads", "workloads/bench", "workloads/profiles"):
+            for f in os.listdir(os.path.join(self.src, d)):
+                if f.endswith(".yaml") and re.search(r"(?<![\w.-])%s(?![\w-])" % re.escape(f), self.readme):
+                    named.add(f"{d}/{f}")
+        return sorted(named)
+
+    def check_workloads(self, paths):
+        named = self.named_workloads(paths)
+        for w in named:
+            full = os.path.join(self.src, w)
+            if not os.path.isfile(full):
+                continue  # reported by paths
+            if w.startswith("workloads/profiles/"):
+                m = re.search(r"^\s+model:\s*(\S+)", read(full), re.M)
+                if not m:
+                    self.skip(f"workloads: {w}: no model recorded in the profile")
+                    continue
+                rc, _, err = self.run(["validate", self.quickstart_workload()[0], "--set", f"model={m.group(1)}",
+                                       "--set", f"hardware={full}"])
+                self.ok(rc == 0, f"workloads: profile {w} with model {m.group(1)}: exit {rc}: {err.strip()}")
+                continue
+            missing = self.outside_trace_missing(full)
+            if missing:
+                self.skip(f"workloads: {w}: {missing} is absent")
+                continue
+            rc, _, err = self.run(["validate", w])
+            self.ok(rc == 0, f"workloads: tandem validate {w}: exit {rc}: {err.strip()}")
+        q = self.quickstart_workload()[0]
+        rc, _, err = self.run(["run", q, "--set", "requests.count=20", "--quiet"])
+        self.ok(rc == 0, f"workloads: tandem run {q} --set requests.count=20 --quiet: exit {rc}: {err.strip()}")
+        print(f"workloads: {len(named)} named, validated; {q} run with 20 requests")
+
+    # ---- 4. presets and defaults ----
+    @staticmethod
+    def yaml_section(text, name):
+        m = re.search(r"^%s:\n((?:[ \t]+.*\n)*)" % re.escape(name), text, re.M)
+        return dict(re.findall(r"^  (\w+):\s*(.*?)\s*$", m.group(1), re.M)) if m else {}
+
+    @staticmethod
+    def same(a, b):
+        try:
+            return float(a.replace(",", "")) == float(b)
+        except ValueError:
+            return a.strip().lower() == b.strip().lower()
+
+    def check_presets(self):
+        q = self.quickstart_workload()[0]
+        for kind in ("model", "hardware"):
+            rows = self.table_after(self.readme, f"{kind} preset")
+            if not self.ok(rows, f"presets: no table headed '{kind} preset'"):
+                continue
+            rc, _, err = self.run(["validate", q, "--set", f"{kind}=no-such-preset"])
+            m = re.search(r"known: ([^;)]*)", err)
+            known = [k.strip() for k in m.group(1).split(",")] if m else []
+            listed = [r[f"{kind} preset"] for r in rows]
+            self.ok(sorted(known) == sorted(listed), f"presets: {kind} table lists {listed}, tandem knows {known}")
+            for r in rows:
+                name = r[f"{kind} preset"]
+                rc, out, err = self.run(["validate", q, "--set", f"{kind}={name}"])
+                if not self.ok(rc == 0, f"presets: validate --set {kind}={name}: exit {rc}: {err.strip()}"):
+                    continue
+                got = self.yaml_section(out, kind)
+                for col, val in r.items():
+                    if col in got:
+                        self.ok(self.same(val, got[col]), f"presets: {kind} {name}: README {col} = {val}, tandem prints {got[col]}")
+        # Engine defaults: a workload without an engine section.
+        engine = self.readme.split("**engine**", 1)[1] if "**engine**" in self.readme else ""
+        rows = self.table_after(engine, "key") or []
+        self.ok(rows, "presets: no engine table after **engine**")
+        with tempfile.TemporaryDirectory() as d:
+            w = os.path.join(d, "defaults.yaml")
+            with open(w, "w") as f:
+                f.write("model: tiny\nhardware: h200\n"
+                        "requests: {count: 1, arrival: {process: burst}, prompt_len: 8, output_len: 4}\n")
+            rc, out, err = self.run(["validate", w])
+        if self.ok(rc == 0, f"presets: validate of a workload without engine section: exit {rc}: {err.strip()}"):
+            got = self.yaml_section(out, "engine")
+            n = 0
+            for r in rows:
+                key, default = r.get("key", ""), r.get("default", "")
+                if default in SKIP_DEFAULTS or key not in got:
+                    continue
+                n += 1
+                self.ok(self.same(default, got[key]), f"presets: engine.{key}: README default {default}, tandem prints {got[key]}")
+            self.ok(n >= 5, f"presets: only {n} engine defaults could be compared")
+        print("presets: model and hardware tables, engine defaults compared with tandem validate")
+
+    # ---- 5. subcommands ----
+    def check_commands(self):
+        block = FENCE_RE.findall(self.section("Command line"))
+        readme_cmds = set(re.findall(r"^tandem (\w+)", block[0], re.M)) if block else set()
+        rc, out, err = self.run(["--help"])
+        tandem_cmds = set(re.findall(r"^\s*tandem (\w+)", out + err, re.M))
+        self.ok(tandem_cmds and readme_cmds == tandem_cmds,
+                f"commands: README lists {sorted(readme_cmds)}, `tandem --help` {sorted(tandem_cmds)}")
+        print(f"commands: {sorted(readme_cmds)}")
+
+    # ---- 6. links and attributions ----
+    @staticmethod
+    def slugs(md_text):
+        """GitHub's heading anchors: lower case, punctuation dropped, spaces to '-', duplicates -1, -2."""
+        out, count = set(), {}
+        for h in re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", FENCE_RE.sub("", md_text), re.M):
+            s = re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-")
+            n = count.get(s, 0)
+            count[s] = n + 1
+            out.add(s if n == 0 else f"{s}-{n}")
+        return out
+
+    def check_links(self):
+        text = FENCE_RE.sub("", self.readme)
+        own = self.slugs(self.readme)
+        n = 0
+        for label, target in LINK_RE.findall(text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto
+            n += 1
+            label = " ".join(label.split())
+            path, _, anchor = target.partition("#")
+            if not path:
+                self.ok(anchor in own, f"links: [{label}](#{anchor}): no such heading in README")
+                continue
+            full = os.path.join(self.src, path)
+            if not self.ok(os.path.exists(full), f"links: [{label}]({target}): {path} does not exist"):
+                continue
+            if anchor and path.endswith(".md"):
+                self.ok(anchor in self.slugs(read(full)),
+                        f"links: [{label}]({target}): no heading '#{anchor}' in {path}")
+            dates = ATTRIB_RE.findall(label)
+            for date in dates:
+                self.ok(path.startswith("reports/"), f"links: attribution [{label}] points outside reports/: {target}")
+                self.ok(date in read(full),
+                        f"links: attribution [{label}]: {path} does not mention {date}")
+        # An attribution must be a link: none may be left in plain text.
+        plain = LINK_RE.sub("", text)
+        for date in ATTRIB_RE.findall(plain):
+            self.ok(False, f"links: 'report, {date}' is not a link to a report")
+        print(f"links: {n} relative links, {len(ATTRIB_RE.findall(text))} dated attributions")
+
+    # ---- 7. layout ----
+    def check_layout(self):
+        layout = self.section("Layout")
+        self.ok(layout, "layout: no '## Layout' section")
+        n = 0
+        for d in ("workloads", "workloads/bench", "workloads/profiles", "tools"):
+            for f in sorted(os.listdir(os.path.join(self.src, d))):
+                full = os.path.join(self.src, d, f)
+                if not os.path.isfile(full) or f.startswith(".") or f.endswith(".pyc"):
+                    continue
+                n += 1
+                named = re.search(r"(?<![\w.-])%s(?![\w-])" % re.escape(f), layout)
+                self.ok(named, f"layout: {d}/{f} is not named in the Layout section")
+        print(f"layout: {n} files in workloads/ and tools/")
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    src, tandem = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    c = Checker(src, tandem)
+    paths = c.check_paths()
+    c.check_quick()
+    c.check_workloads(paths)
+    c.check_presets()
+    c.check_commands()
+    c.check_links()
+    c.check_layout()
+    if c.skipped:
+        print(f"{c.skipped} skipped")
+    print(f"{c.passed} passed, {c.failed} failed")
+    return 1 if c.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
