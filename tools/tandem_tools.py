@@ -432,6 +432,60 @@ def pyplot(tool):
         sys.exit("%s: plots need matplotlib (apt-get install python3-matplotlib, or tools/setup)" % tool)
 
 
+def hist_cdf(hist):
+    """A summary.json histogram ([[lo, hi, count], ...], e.g. itl_histogram_ms) as a step CDF
+    (xs, ys): each bin's upper edge and the share of the values up to it; ([], []) when empty."""
+    total = sum(b[2] for b in hist)
+    xs, ys, seen = [], [], 0
+    for _, hi, n in (hist if total else []):
+        seen += n
+        xs.append(hi)
+        ys.append(seen / total)
+    return xs, ys
+
+
+def same_data(curves):
+    """curves: [(label, data)]. {label: [the labels of the other curves with equal data]}: two runs
+    that behave the same draw the same line, one on top of the other, and a legend should say so."""
+    return {l: [o for o, d2 in curves if o != l and d2 == d] for l, d in curves}
+
+
+def read_steps(run_dir):
+    """steps.csv as [(start_s, elapsed_ms, prefill tokens, decode tokens)], one tuple per step."""
+    with open(os.path.join(run_dir, "steps.csv"), newline="") as f:
+        return [(float(r["start_s"]), float(r["elapsed_ms"]), int(r["n_tokens"]) - int(r["n_decode"]),
+                 int(r["n_decode"])) for r in csv.DictReader(f)]
+
+
+def steps_between(steps, lo, hi):
+    """The steps (read_steps) that run during [lo, hi] s: start by hi and end from lo on."""
+    return [s for s in steps if s[0] <= hi and s[0] + s[1] / 1000.0 >= lo]
+
+
+def fit_window(lo, hi, steps):
+    """A timeline window [lo, hi] s on a run (read_steps): itself when a step runs in it; else a
+    window as long that ends where the run ends (from 0 when the run is shorter), e.g. --window
+    60,70 on a 17 s run: 7-17 s. Returns (lo, hi, moved)."""
+    if not steps or steps_between(steps, lo, hi):
+        return lo, hi, False
+    end = max(s[0] + s[1] / 1000.0 for s in steps)
+    return max(0.0, end - (hi - lo)), end, True
+
+
+def zoom_window(steps, lo, hi, min_span=0.3, stall_share=0.25):
+    """A window short enough to tell a run's steps apart, inside [lo, hi] s: around the step with
+    the most prefill tokens there (a long prompt's stall; of equals the longest, then the first), which starts
+    `stall_share` of the way in; as long as 4 of that step and at least min_span s (or [lo, hi]
+    when shorter). Returns (zoom lo, zoom hi)."""
+    inside = steps_between(steps, lo, hi)
+    if hi - lo <= min_span or not inside:
+        return lo, min(hi, lo + min_span)
+    stall = max(inside, key=lambda s: (s[2], s[1], -s[0]))
+    span = min(hi - lo, max(min_span, 4 * stall[1] / 1000.0))
+    z0 = min(max(lo, stall[0] - stall_share * span), hi - span)
+    return z0, z0 + span
+
+
 # ---------------------------------------------------------------------------------------------
 # Simulated vs measured for a bench tool (tools/stage2-sim-vs-measured, tools/stage3-sim-vs-measured)
 

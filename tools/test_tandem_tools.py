@@ -153,6 +153,43 @@ class Capacity(unittest.TestCase):
         self.assertEqual(len({len(l) for l in table}), 1)
 
 
+class PlotData(unittest.TestCase):
+    def test_hist_cdf(self):
+        xs, ys = tt.hist_cdf([[0, 1, 1], [1, 2, 0], [2, 4, 3]])
+        self.assertEqual(xs, [1, 2, 4])
+        self.assertEqual(ys, [0.25, 0.25, 1.0])
+        self.assertEqual(tt.hist_cdf([]), ([], []))
+        self.assertEqual(tt.hist_cdf([[0, 1, 0]]), ([], []))
+
+    def test_same_data(self):
+        a, b = [[0, 1, 5], [1, 2, 1]], [[0, 1, 4], [1, 2, 2]]
+        same = tt.same_data([("stage1", a), ("chunk=512", b), ("chunk=8192", [list(r) for r in a])])
+        self.assertEqual(same, {"stage1": ["chunk=8192"], "chunk=512": [], "chunk=8192": ["stage1"]})
+
+    def test_windows(self):
+        # (start_s, elapsed_ms, prefill, decode): decodes every 10 ms, a 100 ms prefill step at 5.0 s
+        steps = [(4 + i / 100.0, 10.0, 0, 8) for i in range(100)] + [(5.0, 100.0, 6000, 8)]
+        steps += [(5.1 + i / 100.0, 10.0, 0, 8) for i in range(190)]
+        self.assertEqual(len(tt.steps_between(steps, 4.995, 5.0)), 2)  # the one running into lo counts
+        self.assertEqual(tt.fit_window(4, 6, steps), (4, 6, False))
+        lo, hi, moved = tt.fit_window(60, 70, steps)  # past the end (7.0 s): as long, ending there
+        self.assertTrue(moved)
+        self.assertAlmostEqual(lo, 0.0)
+        self.assertAlmostEqual(hi, 7.0)
+        lo, hi, _ = tt.fit_window(60, 62, steps)
+        self.assertAlmostEqual(lo, 5.0)
+        self.assertAlmostEqual(hi, 7.0)
+        z0, z1 = tt.zoom_window(steps, 4, 7, min_span=0.3)  # 4 x the 100 ms stall, which starts 1/4 in
+        self.assertAlmostEqual(z1 - z0, 0.4)
+        self.assertAlmostEqual(z0, 4.9)
+        z0, z1 = tt.zoom_window(steps, 4, 7, min_span=1.0)
+        self.assertAlmostEqual((z0, z1), (4.75, 5.75))
+        self.assertEqual(tt.zoom_window(steps, 4.0, 4.2), (4.0, 4.2))  # shorter than min_span: itself
+        self.assertEqual(tt.zoom_window(steps, 5.0, 7.0, min_span=3.0), (5.0, 7.0))
+        z0, z1 = tt.zoom_window(steps, 4.92, 7, min_span=0.3)  # kept inside the window
+        self.assertAlmostEqual(z0, 4.92)
+
+
 class ResolvedYaml(unittest.TestCase):
     SAMPLE = """name: w
 model:
