@@ -35,13 +35,14 @@ test-unit: build
 test-golden: build
 	meson test -C $(BUILD) --suite golden --print-errorlogs
 
-# The unit and cli suites under AddressSanitizer + UndefinedBehaviorSanitizer (gcc, its own
+# The unit and cli suites under AddressSanitizer + UndefinedBehaviorSanitizer and libstdc++'s
+# bounds-checked containers (-D_GLIBCXX_ASSERTIONS: an out-of-range operator[] aborts) (gcc, its own
 # build folder; any report fails the test). The golden suite stays with the plain build: it
 # takes about 7 minutes under ASan.
 SAN_BUILD ?= build-asan
 $(SAN_BUILD)/build.ninja:
 	meson setup $(SAN_BUILD) --buildtype=debugoptimized -Db_sanitize=address,undefined \
-	  -Dcpp_args=-fno-sanitize-recover=undefined -Dcuda=disabled
+	  -Dcpp_args='-fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS' -Dcuda=disabled
 
 test-sanitize: $(SAN_BUILD)/build.ninja
 	ninja -C $(SAN_BUILD) tandem tests/unit_tests tests/policies_tests
@@ -50,11 +51,11 @@ test-sanitize: $(SAN_BUILD)/build.ninja
 
 # Fuzzing (tests/fuzz, libFuzzer + ASan + UBSan; clang 19 from `tools/setup --fuzz`): each
 # target for FUZZ_SECONDS; FUZZ_TARGETS picks some (workload azure vidur mooncake safetensors
-# hf_config profile compare). A new finding fails with its reproducer printed.
+# hf_config profile compare run). A new finding fails with its reproducer printed.
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
-FUZZ_ALL := workload azure vidur mooncake safetensors hf_config profile compare
+FUZZ_ALL := workload azure vidur mooncake safetensors hf_config profile compare run
 $(FUZZ_BUILD)/build.ninja:
 	meson setup $(FUZZ_BUILD) --native-file tests/fuzz/clang.ini -Dfuzz=true -Dcuda=disabled
 

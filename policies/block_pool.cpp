@@ -4,12 +4,9 @@
 
 namespace tandem {
 
-BlockPool::BlockPool(int32_t num_blocks)
-    : num_blocks_(num_blocks), sentinel_(num_blocks), meta_(static_cast<size_t>(num_blocks < 1 ? 1 : num_blocks) + 1) {
+BlockPool::BlockPool(int32_t num_blocks) : num_blocks_(num_blocks), num_free_(num_blocks), meta_(1) {
   if (num_blocks < 1) throw std::invalid_argument("BlockPool: needs at least one block");
-  meta(sentinel_).prev = meta(sentinel_).next = sentinel_;
-  // Block 0 at the head: a fresh cache hands out blocks in id order.
-  for (int32_t b = num_blocks - 1; b >= 0; --b) link_after(sentinel_, b);
+  meta(kSentinel).prev = meta(kSentinel).next = kSentinel;  // an empty list; every block is fresh
 }
 
 void BlockPool::link_after(int32_t pos, int32_t block) {
@@ -25,19 +22,29 @@ void BlockPool::unlink(int32_t block) {
   Meta& m = meta(block);
   meta(m.prev).next = m.next;
   meta(m.next).prev = m.prev;
-  m.prev = m.next = -1;
+  m.prev = m.next = kNotListed;
   --num_free_;
 }
 
 int32_t BlockPool::allocate() {
-  const int32_t b = meta(sentinel_).next;
-  if (b == sentinel_) throw std::logic_error("BlockPool::allocate: no free block (admission let a request past its reservation)");
+  // The list's order, with the fresh blocks where a full list would hold them: unpublished
+  // blocks (at the head), then the fresh ones in id order, then the cached ones (LRU first).
+  const int32_t head = meta(kSentinel).next;
+  if ((head == kSentinel || meta(head).slot != kUnpublished) && num_materialized() < num_blocks_) {
+    const int32_t b = num_materialized();
+    meta_.emplace_back();
+    --num_free_;
+    meta(b).ref = 1;
+    return b;
+  }
+  const int32_t b = head;
+  if (b == kSentinel) throw std::logic_error("BlockPool::allocate: no free block (admission let a request past its reservation)");
   unlink(b);
   // The next head is the next least recently used block, cold in the cache: fetch it (and its
   // index entry) now, while this one is handed out; a request's blocks are taken in a run.
-  const Meta& next = meta(meta(sentinel_).next);
+  const Meta& next = meta(meta(kSentinel).next);
   __builtin_prefetch(&next);
-  if (next.slot != kUnpublished) __builtin_prefetch(&slots_[next.slot]);
+  if (next.slot < kPrivate) __builtin_prefetch(slots_.data() + next.slot);  // a private block has no entry
   if (meta(b).slot != kUnpublished) {  // evict: the hash no longer names this block
     if (meta(b).slot == kPrivate) {
       meta(b).slot = kUnpublished;
@@ -59,8 +66,8 @@ void BlockPool::release(int32_t block) {
   Meta& m = meta(block);
   if (m.ref <= 0) throw std::logic_error("BlockPool::release: block is not referenced");
   if (--m.ref > 0) return;
-  if (m.slot != kUnpublished) link_after(meta(sentinel_).prev, block);  // tail: kept longest
-  else link_after(sentinel_, block);                                    // head: reused first
+  if (m.slot != kUnpublished) link_after(meta(kSentinel).prev, block);  // tail: kept longest
+  else link_after(kSentinel, block);                                    // head: reused first
 }
 
 bool BlockPool::publish(int32_t block, const BlockHash& h) {
@@ -82,13 +89,24 @@ int32_t BlockPool::find_slot(const BlockHash& h) const {
   }
 }
 
-bool BlockPool::index_insert(const BlockHash& h, int32_t block) {
-  if (slots_.empty()) {
-    uint32_t cap = 2;
-    while (cap < 2u * static_cast<uint32_t>(num_blocks_)) cap <<= 1;
-    slots_.assign(cap, Slot{});
-    mask_ = cap - 1;
+// A table twice as large, every entry re-inserted at its home run (the blocks' slots move).
+void BlockPool::index_grow() {
+  std::vector<Slot> old;
+  old.swap(slots_);
+  const uint32_t cap = old.empty() ? 1024u : 2u * static_cast<uint32_t>(old.size());
+  slots_.assign(cap, Slot{});
+  mask_ = cap - 1;
+  for (const Slot& s : old) {
+    if (s.block < 0) continue;
+    uint32_t i = s.tag & mask_;
+    while (slots_[i].block >= 0) i = (i + 1) & mask_;
+    slots_[i] = s;
+    meta(s.block).slot = i;
   }
+}
+
+bool BlockPool::index_insert(const BlockHash& h, int32_t block) {
+  if (2 * (static_cast<size_t>(num_published_) + 1) > slots_.size()) index_grow();  // load stays <= 1/2
   const uint32_t tag = tag_of(h);
   uint32_t i = tag & mask_;
   for (; slots_[i].block >= 0; i = (i + 1) & mask_)

@@ -9,6 +9,12 @@
 //     its content is worthless, so it is reused before any cached block;
 //   - a published block is appended at the tail when its last user lets go: the least
 //     recently freed cached block is the one evicted (its hash dropped) when a block is needed.
+//
+// Memory scales with the blocks used, not with the blocks configured: a block gets its record
+// when it is first handed out (a fresh pool hands out blocks in id order), and the hash index
+// grows with the published blocks. The blocks never handed out sit, implicitly and in id
+// order, between the unpublished blocks at the list's head and the cached ones at its tail,
+// which is where a fully built list would hold them: allocation order is the same.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,8 +32,10 @@ class BlockPool {
   int32_t num_free() const { return num_free_; }  // unreferenced blocks, cached or empty
   int32_t num_cached() const { return num_published_ + num_private_; }  // published, referenced or not
   int64_t num_evictions() const { return evictions_; }
-  int32_t ref_count(int32_t block) const { return meta_[static_cast<size_t>(block)].ref; }
-  bool is_published(int32_t block) const { return meta_[static_cast<size_t>(block)].slot != kUnpublished; }
+  int32_t ref_count(int32_t block) const { return block < num_materialized() ? meta(block).ref : 0; }
+  bool is_published(int32_t block) const { return block < num_materialized() && meta(block).slot != kUnpublished; }
+  // Blocks that have a record (handed out at least once): what the pool's memory scales with.
+  int32_t num_materialized() const { return static_cast<int32_t>(meta_.size()) - 1; }
 
   // The block that holds `h`, or -1. No side effect.
   int32_t find(const BlockHash& h) const {
@@ -47,7 +55,7 @@ class BlockPool {
   // A hint: `h` will be published or looked up soon (a run of a prompt's blocks is published
   // together, each at a random slot of a table larger than the L2 cache).
   void prefetch(const BlockHash& h) const {
-    if (!slots_.empty() && !(h == kPrivateBlock)) __builtin_prefetch(&slots_[tag_of(h) & mask_]);
+    if (!slots_.empty() && !(h == kPrivateBlock)) __builtin_prefetch(slots_.data() + (tag_of(h) & mask_));
   }
   // The block's KV is complete: make it findable by `h`. If another block already holds `h`
   // (two requests computed the same prefix at once), this one stays unpublished and the
@@ -57,10 +65,10 @@ class BlockPool {
 
  private:
   void unlink(int32_t block);
-  void link_after(int32_t pos, int32_t block);  // pos == sentinel_ links at the head
+  void link_after(int32_t pos, int32_t block);  // pos == kSentinel links at the head
 
   // The hash index: open addressing with linear probing over a power-of-two table of at least
-  // twice the blocks (load <= 1/2), deletion by backward shift (no tombstones, so a long run
+  // twice the published blocks (load <= 1/2; doubled and rehashed before it would pass that), deletion by backward shift (no tombstones, so a long run
   // of evictions never degrades lookups). A slot keeps 32 bits of the hash (its home slot and
   // a quick reject) and the block id; the full hash is compared in hash_. It is a flat array
   // because eviction + publish run once per block in a replay: a node-based map costs an
@@ -72,6 +80,7 @@ class BlockPool {
   static uint32_t tag_of(const BlockHash& h) { return static_cast<uint32_t>(h.lo); }
   int32_t find_slot(const BlockHash& h) const;
   bool index_insert(const BlockHash& h, int32_t block);
+  void index_grow();
   void index_erase(int32_t block);
 
   // Everything about one block in one 32-byte record (two per cache line): with caching on, the
@@ -79,21 +88,22 @@ class BlockPool {
   // and separate arrays would cost a miss each.
   static constexpr uint32_t kUnpublished = ~uint32_t{0};
   static constexpr uint32_t kPrivate = ~uint32_t{0} - 1;  // published, not in the index
+  static constexpr int32_t kSentinel = -1;   // the list node before the head and after the tail
+  static constexpr int32_t kNotListed = -2;  // prev/next of a block that is not on the free list
   struct Meta {
     BlockHash hash;                 // valid while published
-    int32_t prev = -1, next = -1;   // free-list links; -1 when not listed
+    int32_t prev = kNotListed, next = kNotListed;  // free-list links
     int32_t ref = 0;
     uint32_t slot = kUnpublished;   // its index entry while published
   };
   static_assert(sizeof(Meta) == 32);
-  Meta& meta(int32_t b) { return meta_[static_cast<size_t>(b)]; }
-  const Meta& meta(int32_t b) const { return meta_[static_cast<size_t>(b)]; }
+  Meta& meta(int32_t b) { return meta_[static_cast<size_t>(b + 1)]; }
+  const Meta& meta(int32_t b) const { return meta_[static_cast<size_t>(b + 1)]; }
 
   int32_t num_blocks_;
-  int32_t sentinel_;  // == num_blocks_: list node before the head and after the tail
-  int32_t num_free_ = 0;
+  int32_t num_free_ = 0;  // the listed blocks and the blocks never handed out
   int64_t evictions_ = 0;
-  std::vector<Meta> meta_;   // num_blocks_ + 1 records (the last is the sentinel)
+  std::vector<Meta> meta_;   // [0]: the sentinel; block b at b + 1, for the blocks handed out so far
   std::vector<Slot> slots_;  // allocated at the first publish: a run without caching pays nothing
   uint32_t mask_ = 0;
   int32_t num_published_ = 0;  // in the index

@@ -18,7 +18,7 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, Kv
   // With several prompts allowed part-way, each gets at most its share of the budget, so a
   // prompt behind a long one can start in the same step (vLLM's concurrent partial prefills).
   chunk_cap_ = std::max(1, cfg.max_num_batched_tokens / cfg.max_num_partial_prefills);
-  partial_.reserve(static_cast<size_t>(std::min(cfg.max_num_seqs, cfg.max_num_partial_prefills + 1)));
+  partial_.reserve(static_cast<size_t>(std::min(cfg.max_num_seqs, 2 * cfg.max_num_partial_prefills)));
   plan_.seqs.reserve(static_cast<size_t>(cfg.max_num_seqs));
 }
 
@@ -62,7 +62,9 @@ bool Scheduler::cancel(ReqId id, Time now) {
       kv_.release(id);
       running_.erase(std::find(running_.begin(), running_.end(), id));
       if (auto it = std::find(partial_.begin(), partial_.end(), id); it != partial_.end()) partial_.erase(it);
-      leave(r, RequestStatus::Cancelled, now);
+      // A static batch's member that has generated all it may, waiting for its batch, has
+      // finished: the same status as when the cancel lands during a step (complete_step).
+      leave(r, done_generating(r) ? RequestStatus::Finished : RequestStatus::Cancelled, now);
       return true;
     default:
       return false;  // not arrived yet (the engine's business) or already gone

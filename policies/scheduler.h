@@ -103,7 +103,10 @@ class Scheduler {
   std::deque<ReqId> waiting_;       // FCFS; may hold cancelled ids, skipped lazily
   int32_t num_waiting_ = 0;         // live entries of waiting_
   std::vector<ReqId> running_;      // admission order
-  std::vector<ReqId> partial_;      // running and still in the prompt after a chunk (<= max_num_partial_prefills + 1)
+  // Running and still in the prompt after a chunk. At most max_num_partial_prefills stay
+  // part-way after a step; while a step is planned, the ones it finishes are still listed next
+  // to that step's new admissions, so the list may briefly hold up to twice that.
+  std::vector<ReqId> partial_;
   int32_t partial_after_step_ = 0;  // of partial_ and this step's admissions: still part-way after this step
   int32_t chunk_cap_ = 0;           // most tokens one prompt chunk may take (budget / max partials)
   std::vector<std::vector<BlockHash>> prompt_hashes_;  // by ReqId, owned while the prompt is computed (caching on)

@@ -14,10 +14,6 @@ std::unique_ptr<executor_i> executor_for(Workload& w, const ExecutorFactory* fac
   return make_executor(w, factory ? "cuda" : "cpu", factory);
 }
 
-WarmUpShape warm_up_shape(const Workload& w) {
-  return {w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.max_num_batched_tokens, w.engine.max_num_seqs,
-          w.model.max_model_len};
-}
 
 ServedRun serve(Workload& w, executor_i& exec, const cost_model_i* predictor) {
   warm_up(exec, warm_up_shape(w));

@@ -18,8 +18,6 @@ struct ServedRun {
 
 // A backend's factory is given for cuda only; cpu is built here.
 std::unique_ptr<executor_i> executor_for(Workload& w, const ExecutorFactory* factory);
-// The shapes a backend warms up for before serving (as `tandem run` does).
-WarmUpShape warm_up_shape(const Workload& w);
 // The backend warms up first. With `predictor`, each step's prediction is kept too.
 ServedRun serve(Workload& w, executor_i& exec, const cost_model_i* predictor);
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,57 @@ std::string config_detail::yaml_path(const std::string& path) {
 }
 
 using namespace config_detail;
+
+namespace {
+// The least value a length distribution can draw (as generate_requests rounds it).
+double dist_min(const DistSpec& d) {
+  switch (d.kind) {
+    case DistSpec::Kind::Fixed: return d.value;
+    case DistSpec::Kind::Uniform:
+    case DistSpec::Kind::Lognormal: return d.min;
+    case DistSpec::Kind::Mixture: {
+      double m = 1e300;
+      for (const auto& c : d.components)
+        if (c.weight > 0) m = std::min(m, dist_min(c.dist));
+      return m;
+    }
+    case DistSpec::Kind::Empirical: {
+      double m = 1e300;
+      for (double v : d.samples) m = std::min(m, v);
+      return m;
+    }
+  }
+  return 0;
+}
+}  // namespace
+
+// Synthetic lengths whose every draw can never run make a run in which every request fails
+// at arrival: that is a mistake in the file, refused naming the field (a trace's rows are
+// data, and fail one by one with their reason).
+void refuse_lengths_that_never_fit(const Workload& w, const Field& requests) {
+  if (w.requests.trace) return;
+  const auto as_len = [](double v) { return std::llround(std::clamp(v, 0.0, double(INT32_MAX))); };
+  const int64_t prompt = as_len(dist_min(w.requests.prompt_len)), output = as_len(dist_min(w.requests.output_len));
+  const int64_t kv_tokens = int64_t{w.engine.resolved_kv_blocks} * w.engine.block_size;
+  if (prompt + output > w.model.max_model_len)
+    requests["prompt_len"].fail(fmt::format(
+        "every request would fail at arrival: prompts of at least {} tokens and outputs of at least {} exceed "
+        "model.max_model_len ({})", prompt, output, w.model.max_model_len));
+  if (prompt + output > kv_tokens)
+    requests["prompt_len"].fail(fmt::format(
+        "every request would fail at arrival: prompts of at least {} tokens and outputs of at least {} exceed the KV "
+        "cache ({} blocks of {} tokens)", prompt, output, w.engine.resolved_kv_blocks, w.engine.block_size));
+}
+
+SchedulerConfig scheduler_config(const Workload& w) {
+  return {.policy = w.engine.policy,
+          .max_num_seqs = w.engine.max_num_seqs,
+          .max_num_batched_tokens = w.engine.max_num_batched_tokens,
+          .max_model_len = w.model.max_model_len,
+          .enable_chunked_prefill = w.engine.enable_chunked_prefill,
+          .max_num_partial_prefills = w.engine.max_num_partial_prefills,
+          .enable_prefix_caching = w.engine.enable_prefix_caching};
+}
 
 namespace {
 
@@ -154,6 +206,7 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
   }
 
   w.engine.resolved_kv_blocks = resolve_kv_blocks(w, top["engine"]);
+  refuse_lengths_that_never_fit(w, top["requests"]);
   return w;
 }
 
@@ -213,7 +266,8 @@ std::string to_yaml(const Workload& w) {
                      "({:.1f} GB)\n# hardware numbers: {}\n",
                      out.c_str(), reference_steps(w), m.params() / 1e9, m.kv_bytes_per_token(), int64_t{e.resolved_kv_blocks} * e.block_size,
                      double(e.resolved_kv_blocks) * e.block_size * m.kv_bytes_per_token() / 1e9,
-                     w.hardware.source.empty() ? "given in the workload" : w.hardware.source);
+                     w.hardware.source.empty() ? "given in the workload" : w.hardware.source) +
+         (e.prefix_caching_off_reason.empty() ? "" : fmt::format("# prefix caching off: {}\n", e.prefix_caching_off_reason));
 }
 
 }  // namespace tandem

@@ -89,6 +89,7 @@ struct EngineSpec {
   double kv_memory_gb = 0;               // 0: derived from device memory
   double gpu_memory_utilization = 0.9;   // share of device memory for weights + KV
   int32_t state_slots = -1;              // hybrid models: per-sequence state slots; -1: none
+  std::string prefix_caching_off_reason;  // set when caching was turned off by a rule (state_slots)
   bool deterministic = true;             // real backends: batch/chunk-invariant kernels (golden-exact)
   int32_t tp = 1;                        // tensor parallelism: ranks the model is split over
   bool cuda_graph = true;                // CUDA backend: decode steps replay captured graphs
@@ -122,5 +123,7 @@ Workload parse_workload(const std::string& yaml_text, const std::string& path,
                         const std::vector<Override>& overrides = {});
 // The resolved configuration as YAML (what `tandem validate` prints).
 std::string to_yaml(const Workload& w);
+// The scheduler's knobs of a workload (the engine section and the model's max_model_len).
+SchedulerConfig scheduler_config(const Workload& w);
 
 }  // namespace tandem

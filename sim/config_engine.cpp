@@ -34,6 +34,16 @@ EngineSpec parse_engine(const Field& f) {
   e.kv_memory_gb = f.get_double("kv_memory_gb", 0, 1e-9, 1e9);
   e.gpu_memory_utilization = f.get_double("gpu_memory_utilization", e.gpu_memory_utilization, 0.01, 1.0);
   e.state_slots = int32_t(f.get_int("state_slots", -1, 0, kI32Max));
+  // Plain prefix caching shares KV blocks only: a model with per-sequence (recurrent) state has
+  // no state for the prefix a hit skips, so its output would change (vLLM refuses the same).
+  // Asked for: refused; left at its default: off, and the run says why.
+  if (e.state_slots >= 0 && e.enable_prefix_caching) {
+    if (f.has("enable_prefix_caching"))
+      f["enable_prefix_caching"].fail("a model with per-sequence state (engine.state_slots) cannot take prefix hits: no "
+                                      "recurrent state exists for the prefix a hit skips; set it to false");
+    e.enable_prefix_caching = false;
+    e.prefix_caching_off_reason = "the model has per-sequence state (engine.state_slots), which a prefix hit cannot restore";
+  }
   if (f.has("deterministic")) e.deterministic = f["deterministic"].as_bool();
   if (f.has("cuda_graph")) e.cuda_graph = f["cuda_graph"].as_bool();
   e.cuda_attention = f.get_string("cuda_attention", e.cuda_attention);

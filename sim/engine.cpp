@@ -9,18 +9,6 @@
 
 namespace tandem {
 
-namespace {
-SchedulerConfig scheduler_config(const Workload& w) {
-  return {.policy = w.engine.policy,
-          .max_num_seqs = w.engine.max_num_seqs,
-          .max_num_batched_tokens = w.engine.max_num_batched_tokens,
-          .max_model_len = w.model.max_model_len,
-          .enable_chunked_prefill = w.engine.enable_chunked_prefill,
-          .max_num_partial_prefills = w.engine.max_num_partial_prefills,
-          .enable_prefix_caching = w.engine.enable_prefix_caching};
-}
-}  // namespace
-
 Engine::Engine(const Workload& w, RequestSet requests, executor_i& executor, clock_i& clock)
     : w_(w),
       requests_(std::move(requests)),

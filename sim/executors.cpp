@@ -22,4 +22,9 @@ std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backen
   throw InputError(fmt::format("--backend {}: unknown (known: sim, cpu, cuda)", backend));
 }
 
+WarmUpShape warm_up_shape(const Workload& w) {
+  return {w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.max_num_batched_tokens, w.engine.max_num_seqs,
+          w.model.max_model_len};
+}
+
 }  // namespace tandem

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_executor.h"
 #include "backend/executor.h"
+#include "backend/warmup.h"
 #include "sim/config.h"
 
 namespace tandem {
@@ -20,5 +21,9 @@ cpu::CpuExecutorOptions cpu_executor_options(const EngineSpec& e);
 // backend: sim (the workload's cost model), cpu (the reference model) or cuda (through `cuda`,
 // the factory of a CUDA build; without one, an InputError says the build has none).
 std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backend, const ExecutorFactory* cuda = nullptr);
+
+// The step shapes a real backend warms up for before it serves this workload (`tandem run`,
+// calibrate): first-use costs are paid then, not by the first requests.
+WarmUpShape warm_up_shape(const Workload& w);
 
 }  // namespace tandem

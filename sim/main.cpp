@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "backend/cost_model.h"
 #include "backend/cpu/cpu_executor.h"
@@ -68,6 +69,73 @@ std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
   return out;
 }
 
+// `tandem validate`: the resolved workload (itself a valid workload), and the bound.
+int validate_workload(const Workload& w, bool with_prefix_bound) {
+  RequestSet rs = generate_requests(w);  // also checks trace and length files
+  std::cout << to_yaml(w) << "# " << rs.requests.size() << " requests\n";
+  if (with_prefix_bound) {
+    // A comment, like the line above, so that the output stays a valid workload.
+    const PrefixBound b = prefix_bound(w, rs);
+    std::cout << fmt::format(
+        "# prefix bound (unbounded cache, blocks available at arrival): {:.1f}% of the prompt tokens of the {} "
+        "requests the run can serve (its hit rate's denominator), {} of them could hit; over all {} requests with a "
+        "prompt ({} fail at arrival): {:.1f}% of prompt tokens, {:.1f}% of full blocks (block size {}){}\n",
+        100 * b.servable_hit_rate(), b.servable_requests, b.requests_hit, b.requests, b.requests - b.servable_requests,
+        100 * b.hit_rate(), 100 * b.block_hit_rate(), b.block_size,
+        w.engine.enable_prefix_caching ? "" : "; prefix caching is off in this workload");
+  }
+  return 0;
+}
+
+// What `tandem run` was asked for, beyond the workload.
+struct RunOptions {
+  std::string backend = "sim";
+  std::string clock;  // empty: virtual for the cost model, wall for a real backend
+  int threads = 0;
+  std::optional<std::string> out;  // none: no files
+  TraceDetail trace = TraceDetail::Full;
+  bool quiet = false;
+};
+
+// `tandem run`: the executor, the clock and the engine with its observers, wired for one run.
+int run_workload(Workload& w, const RunOptions& o) {
+  if (o.backend == "cpu") cpu::set_threads(o.threads);
+#ifdef TANDEM_HAVE_CUDA
+  const ExecutorFactory cuda_factory = cuda_executor_for;
+  std::unique_ptr<executor_i> exec = make_executor(w, o.backend, &cuda_factory);
+#else
+  std::unique_ptr<executor_i> exec = make_executor(w, o.backend);
+#endif
+  const std::string clock_name = !o.clock.empty() ? o.clock : exec->simulated() ? "virtual" : "wall";
+  if (clock_name != "wall" && clock_name != "virtual") throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
+  if (clock_name == "wall" && exec->simulated()) throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");
+  std::unique_ptr<clock_i> clock;
+  if (clock_name == "wall") clock = std::make_unique<WallClock>();
+  else clock = std::make_unique<VirtualClock>();
+  RequestSet rs = generate_requests(w);
+  // First-use costs (threads, buffers, cuBLAS, a graph per decode bucket) are paid here, not
+  // by the first requests.
+  warm_up(*exec, warm_up_shape(w));
+  Engine engine(w, std::move(rs), *exec, *clock);
+  if (!exec->simulated()) engine.set_shadow_cost_model(make_cost_model(w.model, w.hardware, w.engine.tp));
+  std::unique_ptr<RunOutputs> outputs;
+  if (o.out) {
+    outputs = std::make_unique<RunOutputs>(*o.out, o.trace);
+    engine.add_observer(outputs.get());
+  }
+  Summary s;
+  {
+    ProgressReporter progress(int64_t(engine.requests().size()));
+    engine.add_observer(&progress);
+    s = engine.run();
+  }
+  if (outputs) outputs->finish(engine, s, w);
+  s.peak_rss_kb = std::max(s.peak_rss_kb, peak_rss_kb());  // after the outputs, as summary.json
+  if (!o.quiet) print_summary(std::cout, s);
+  return 0;
+}
+
+// `tandem run` and `tandem validate`: the command line, checked, then one of the two above.
 int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   po::options_description opts("options");
   opts.add_options()("workload", po::value<std::string>(), "workload YAML")(
@@ -103,63 +171,20 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
     throw InputError(fmt::format("run: --prefix-bound is an option of validate, not of run\n{}", kUsage));
   const auto sets = vm.count("set") ? parse_sets(vm["set"].as<std::vector<std::string>>()) : std::vector<Override>{};
   Workload w = load_workload(vm["workload"].as<std::string>(), sets);
-  if (validate_only) {
-    RequestSet rs = generate_requests(w);  // also checks trace and length files
-    std::cout << to_yaml(w) << "# " << rs.requests.size() << " requests\n";
-    if (vm["prefix-bound"].as<bool>()) {
-      // A comment, like the line above, so that the output stays a valid workload.
-      const PrefixBound b = prefix_bound(w, rs);
-      std::cout << fmt::format(
-          "# prefix bound (unbounded cache, blocks available at arrival): {:.1f}% of prompt tokens, {:.1f}% of full "
-          "blocks, {} of {} requests could hit (block size {}; every request with a prompt, those the run would fail "
-          "included){}\n",
-          100 * b.hit_rate(), 100 * b.block_hit_rate(), b.requests_hit, b.requests, b.block_size,
-          w.engine.enable_prefix_caching ? "" : "; prefix caching is off in this workload");
-    }
-    return 0;
-  }
-  const std::string backend = vm["backend"].as<std::string>();
-  if (given("threads") && backend != "cpu")
-    throw InputError(fmt::format("--threads: only the CPU backend uses threads (this run's backend is {})", backend));
-  if (backend == "cpu") cpu::set_threads(vm["threads"].as<int>());
-#ifdef TANDEM_HAVE_CUDA
-  const ExecutorFactory cuda_factory = cuda_executor_for;
-  std::unique_ptr<executor_i> exec = make_executor(w, backend, &cuda_factory);
-#else
-  std::unique_ptr<executor_i> exec = make_executor(w, backend);
-#endif
-  const std::string clock_name = vm.count("clock") ? vm["clock"].as<std::string>() : (exec->simulated() ? "virtual" : "wall");
-  if (clock_name != "wall" && clock_name != "virtual") throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
-  if (clock_name == "wall" && exec->simulated()) throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");
-  const TraceDetail trace_detail = parse_trace_detail(vm["trace"].as<std::string>());
+  if (validate_only) return validate_workload(w, vm["prefix-bound"].as<bool>());
+  RunOptions o;
+  o.backend = vm["backend"].as<std::string>();
+  if (given("threads") && o.backend != "cpu")
+    throw InputError(fmt::format("--threads: only the CPU backend uses threads (this run's backend is {})", o.backend));
+  o.threads = vm["threads"].as<int>();
+  if (vm.count("clock")) o.clock = vm["clock"].as<std::string>();
+  o.trace = parse_trace_detail(vm["trace"].as<std::string>());
   if (given("trace") && !vm.count("out")) throw InputError("--trace: sets trace.json's detail, which needs --out DIR");
-  if (vm["quiet"].as<bool>() && !vm.count("out"))
+  if (vm.count("out")) o.out = vm["out"].as<std::string>();
+  o.quiet = vm["quiet"].as<bool>();
+  if (o.quiet && !o.out)
     std::cerr << "tandem: note: --quiet without --out: the run's results are neither printed nor written\n";
-  std::unique_ptr<clock_i> clock;
-  if (clock_name == "wall") clock = std::make_unique<WallClock>();
-  else clock = std::make_unique<VirtualClock>();
-  RequestSet rs = generate_requests(w);
-  // First-use costs (threads, buffers, cuBLAS, a graph per decode bucket) are paid here, not
-  // by the first requests.
-  warm_up(*exec, {w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.max_num_batched_tokens,
-                  w.engine.max_num_seqs, w.model.max_model_len});
-  Engine engine(w, std::move(rs), *exec, *clock);
-  if (!exec->simulated()) engine.set_shadow_cost_model(make_cost_model(w.model, w.hardware, w.engine.tp));
-  std::unique_ptr<RunOutputs> outputs;
-  if (vm.count("out")) {
-    outputs = std::make_unique<RunOutputs>(vm["out"].as<std::string>(), trace_detail);
-    engine.add_observer(outputs.get());
-  }
-  Summary s;
-  {
-    ProgressReporter progress(int64_t(engine.requests().size()));
-    engine.add_observer(&progress);
-    s = engine.run();
-  }
-  if (outputs) outputs->finish(engine, s, w);
-  s.peak_rss_kb = std::max(s.peak_rss_kb, peak_rss_kb());  // after the outputs, as summary.json
-  if (!vm["quiet"].as<bool>()) print_summary(std::cout, s);
-  return 0;
+  return run_workload(w, o);
 }
 
 }  // namespace

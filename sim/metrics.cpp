@@ -181,6 +181,7 @@ Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload
   s.slo_ttft_ms = w.slo.ttft_ms;
   s.slo_tpot_ms = w.slo.tpot_ms;
   s.prefix_enabled = w.engine.enable_prefix_caching;
+  s.prefix_off_reason = w.engine.prefix_caching_off_reason;
   s.prefix_hit_rate = s.prefix_queried_tokens ? double(s.prefix_hit_tokens) / double(s.prefix_queried_tokens) : 0.0;
   s.prefix_block_hit_rate = s.prefix_queried_blocks ? double(s.prefix_hit_blocks) / double(s.prefix_queried_blocks) : 0.0;
   s.kv_blocks = w.engine.resolved_kv_blocks;

@@ -75,6 +75,7 @@ struct Summary {
   int64_t steps = 0;
   double sim_s = 0, wall_s = 0, makespan_s = 0;
   int64_t peak_rss_kb = 0;
+  std::string prefix_off_reason;  // why prefix caching is off, when a rule turned it off
 };
 
 class MetricsRecorder {

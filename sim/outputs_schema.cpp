@@ -99,6 +99,8 @@ void print_summary(std::ostream& os, const Summary& s) {
   if (s.prefix_enabled)
     fmt::print(os, "prefix cache: hit rate {:.1f}% of prompt tokens ({:.1f}% of full blocks), {} of {} requests hit, {} evictions\n",
                100 * s.prefix_hit_rate, 100 * s.prefix_block_hit_rate, s.prefix_hits, s.prefix_queries, s.prefix_evictions);
+  else if (!s.prefix_off_reason.empty())
+    fmt::print(os, "prefix cache: off ({})\n", s.prefix_off_reason);
   else
     fmt::print(os, "prefix cache: off\n");
   fmt::print(os, "steps {}  simulated {:.3f} s  wall {:.3f} s  peak RSS {:.0f} MB\n", s.steps, s.sim_s, s.wall_s,

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "policies/block_hash.h"
+#include "policies/kv_cache.h"
+#include "policies/scheduler.h"
 #include "sim/prompt_hashes.h"
 
 namespace tandem {
@@ -64,8 +66,17 @@ PrefixBound prefix_bound(const Workload& w, const RequestSet& set) {
   const BlockHash root = root_block_hash(w);
   SeenSet seen;
   std::vector<BlockHash> hashes;
+  // The run's own arrival checks (a KV cache makes a block's record only when it hands it out).
+  KvCache kv(w.engine.resolved_kv_blocks, bs, w.engine.state_slots, 0);
+  const Scheduler arrivals(scheduler_config(w), {}, kv);
   for (const Request& r : set.requests) {  // arrival order (ids are assigned by arrival)
     if (r.prompt_len < 1) continue;
+    ++b.requests;
+    b.queried_blocks += r.prompt_len / bs;
+    b.queried_tokens += r.prompt_len;
+    if (arrivals.arrival_failure(r) != FailReason::None) continue;
+    ++b.servable_requests;
+    b.servable_queried_tokens += r.prompt_len;
     hash_prompt_blocks(r, tokens, bs, root, hashes);
     const size_t cap = std::min(hashes.size(), static_cast<size_t>((r.prompt_len - 1) / bs));
     // Leading blocks seen before. A chained hash names its whole prefix, so the first miss ends
@@ -75,11 +86,8 @@ PrefixBound prefix_bound(const Workload& w, const RequestSet& set) {
     for (size_t i = lead; i < hashes.size() && !(hashes[i] == kPrivateBlock); ++i) seen.insert(hashes[i]);
     const auto hit = static_cast<int32_t>(std::min(lead, cap));
     b.hit_blocks_by_request[static_cast<size_t>(r.id)] = hit;
-    ++b.requests;
     b.requests_hit += hit > 0;
     b.hit_blocks += hit;
-    b.queried_blocks += r.prompt_len / bs;
-    b.queried_tokens += r.prompt_len;
   }
   b.hit_tokens = b.hit_blocks * bs;
   return b;

@@ -7,11 +7,13 @@
 // the same workload hits, request by request, at most what this counts: a run's hit can only
 // come from a block some earlier-admitted request published from its prompt.
 //
-// Queried: every request with prompt_len >= 1, including those the run fails at arrival
-// (over max_model_len, larger than the KV cache) or that are cancelled before admission; a run
-// counts only the requests it admitted. Compare counts (hit tokens) directly; to compare rates
-// on the run's own requests, sum `hit_blocks_by_request` over the requests the run admitted.
-// Every request's blocks are added to the "seen" set, failed ones too (still an upper bound).
+// Two denominators: every request with prompt_len >= 1 (`requests`, `queried_*`), and the
+// requests the run can serve, those that pass the scheduler's arrival checks (`servable_*`:
+// not over max_model_len, not larger than the KV cache, ...). A run's rate divides by the
+// requests it admitted, which are servable ones (fewer, if some are cancelled before
+// admission): compare it with servable_hit_rate(). A request that fails at arrival is never
+// hashed (no per-token work for a request that cannot run; its blocks never enter a cache) and
+// hits nothing. Hit counts (tokens) compare directly with a run's.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -27,9 +29,13 @@ struct PrefixBound {
   int64_t requests_hit = 0;  // of those, with at least one hit block
   int64_t hit_tokens = 0, queried_tokens = 0;  // hit_tokens = hit_blocks * block_size
   int64_t hit_blocks = 0, queried_blocks = 0;  // queried_blocks: full prompt blocks, prompt_len / block_size
-  std::vector<int32_t> hit_blocks_by_request;  // by ReqId (0 for an empty prompt)
+  int64_t servable_requests = 0, servable_queried_tokens = 0;  // requests that pass the arrival checks
+  std::vector<int32_t> hit_blocks_by_request;  // by ReqId (0 for an empty prompt or a request that fails at arrival)
   double hit_rate() const { return queried_tokens ? double(hit_tokens) / double(queried_tokens) : 0.0; }
   double block_hit_rate() const { return queried_blocks ? double(hit_blocks) / double(queried_blocks) : 0.0; }
+  double servable_hit_rate() const {
+    return servable_queried_tokens ? double(hit_tokens) / double(servable_queried_tokens) : 0.0;
+  }
 };
 
 // Linear in the total prompt length (every prompt is hashed once, as the run does on arrival);

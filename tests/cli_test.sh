@@ -327,6 +327,26 @@ expect 0 "^over the [0-9]+ requests both finished:" -- compare "$i25/nochunk" "$
 expect 0 "^common.ttft_ms.p99 " -- compare "$i25/nochunk" "$i25/chunk"
 expect 0 "note: different workloads: A is 'quickstart', B is 'stage2_long_prompts'" -- compare "$tmp/a" "$i25/chunk"
 
+# Issue #20: the run path. Requests that can never run are refused or failed before any
+# per-token work; memory follows the blocks used; per-sequence state refuses prefix hits.
+expect 2 "field 'requests.prompt_len': every request would fail at arrival: prompts of at least 2147483647 tokens and outputs of at least 4 exceed model.max_model_len \\(8192\\)" -- \
+  run "$q" --set requests.prompt_len=1e300 --set requests.count=20
+expect 2 "field 'requests.prompt_len': every request would fail at arrival: .* exceed the KV cache" -- \
+  run "$q" --set 'model={preset: tiny, max_model_len: 2147483647}' --set requests.prompt_len=2000000000 --set requests.output_len=1
+expect_t 0 "failed [0-9]+ \\[exceeds_kv_capacity [0-9]+\\]" -- run "$q" --set 'model={preset: llama3-8b, max_model_len: 2147483647}' --set requests.count=40 \
+  --set 'requests.prompt_len={dist: mixture, components: [{weight: 1, dist: fixed, value: 200000000}, {weight: 1, dist: lognormal, median: 500, sigma: 0.5, min: 16, max: 4000}]}'
+if ! ldd "$tandem" 2>/dev/null | grep -q libasan; then  # ASan reserves terabytes of address space
+  check "134M blocks of 1 token run in 4 GB of address space (the pool's records follow the blocks used)" \
+    bash -c "ulimit -v 4000000; '$tandem' run '$q' --set model=tiny --set engine.block_size=1 --set engine.num_kv_blocks=134217728 \
+             --set requests.count=200 --out '$tmp/i20-blocks' --quiet --trace none"
+fi
+expect 2 "field 'engine.enable_prefix_caching': a model with per-sequence state \\(engine.state_slots\\) cannot take prefix hits" -- \
+  validate "$q" --set 'engine={state_slots: 4, enable_prefix_caching: true}'
+expect 0 "prefix cache: off \\(the model has per-sequence state" -- run "$q" --set engine.state_slots=4 --set requests.count=20
+expect 0 "# prefix caching off: the model has per-sequence state" -- validate "$q" --set engine.state_slots=4
+expect 0 "prefix bound .*% of the prompt tokens of the [0-9]+ requests the run can serve .* over all [0-9]+ requests with a prompt \\([0-9]+ fail at arrival\\)" -- \
+  validate "$src/workloads/stage3_shared_prefix.yaml" --prefix-bound
+
 echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
 sort -rn "$times" | head -10 | cut -c1-160
 echo "$passes passed, $fails failed"

@@ -98,7 +98,8 @@ class ReferenceScheduler {
     }
     free_request(id);
     running_.erase(std::find(running_.begin(), running_.end(), id));
-    r.status = RequestStatus::Cancelled;
+    // A static batch's member with all its tokens has finished, cancelled or not.
+    r.status = r.generated >= r.max_output ? RequestStatus::Finished : RequestStatus::Cancelled;
     return true;
   }
 

@@ -115,3 +115,48 @@ TEST_CASE("block pool: publishing a hash twice keeps the first block; the loser 
   CHECK(p.publish(b, H(1)));  // the hash is free again
   CHECK(p.find(H(1)) == b);
 }
+
+TEST_CASE("block pool: memory follows the blocks handed out, not the blocks configured") {
+  BlockPool p(1 << 27);  // 134M blocks: a full table of records would be 4 GB
+  CHECK(p.num_materialized() == 0);
+  CHECK(p.num_free() == (1 << 27));
+  std::vector<int32_t> got;
+  for (int i = 0; i < 10; ++i) got.push_back(p.allocate());
+  CHECK(got == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});  // id order, as a full list
+  CHECK(p.num_materialized() == 10);
+  CHECK(p.ref_count(5) == 1);
+  CHECK(p.ref_count(1 << 26) == 0);  // never handed out: free, no record
+  CHECK_FALSE(p.is_published(1 << 26));
+  // An unpublished block freed goes before the fresh ones; a published one after them.
+  REQUIRE(p.publish(3, H(3)));
+  p.release(3);
+  p.release(7);
+  CHECK(p.allocate() == 7);
+  CHECK(p.allocate() == 10);  // fresh, before the cached block 3
+  CHECK(p.num_materialized() == 11);
+}
+
+TEST_CASE("block pool: the index grows with the published blocks and finds every one after a rehash") {
+  BlockPool p(100000);
+  for (int32_t b = 0; b < 5000; ++b) {
+    REQUIRE(p.allocate() == b);
+    REQUIRE(p.publish(b, H(uint64_t(b) + 1)));
+  }
+  for (int32_t b = 0; b < 5000; ++b) REQUIRE(p.find(H(uint64_t(b) + 1)) == b);
+  CHECK(p.find(H(999999)) == -1);
+}
+
+TEST_CASE("block pool: allocating when a private block is next in line reads no index entry") {
+  // Regression: allocate() prefetched slots_[next.slot] also for a private block (slot
+  // 0xFFFFFFFE) on an empty index; -D_GLIBCXX_ASSERTIONS (the sanitizer build) aborted here.
+  BlockPool p(3);
+  const int32_t a = p.allocate(), b = p.allocate(), c = p.allocate();
+  REQUIRE(p.publish(a, kPrivateBlock));
+  REQUIRE(p.publish(b, kPrivateBlock));
+  p.release(a);
+  p.release(b);  // free list: a, b (both private, cached)
+  CHECK(p.allocate() == a);  // evicts a; b is next in line
+  CHECK(p.num_evictions() == 1);
+  p.release(c);
+  CHECK(p.num_cached() == 1);
+}

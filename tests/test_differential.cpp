@@ -61,6 +61,21 @@ std::vector<RefSeq> to_ref(const StepPlan& p) {
 
 }  // namespace
 
+namespace {
+// After every step: each request's status, progress and block table agree with the reference.
+void require_same_requests(const std::vector<Request>& a, const std::vector<Request>& b, const KvCache& kv,
+                           const ReferenceScheduler& ref) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i].status == b[i].status);
+    REQUIRE(a[i].generated == b[i].generated);
+    REQUIRE(a[i].num_computed == b[i].num_computed);
+    REQUIRE(a[i].num_cached_tokens == b[i].num_cached_tokens);
+    auto t = kv.block_table(ReqId(i));
+    REQUIRE(std::vector<int>(t.begin(), t.end()) == ref.table(ReqId(i)));
+  }
+}
+}  // namespace
+
 TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 random workloads, chunked and not") {
   int64_t total_steps = 0, total_admitted = 0, mid_prompt_chunks = 0, mid_prompt_cancels = 0;
   for (uint64_t seed = 1; seed <= 600; ++seed) {
@@ -104,12 +119,7 @@ TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 rand
         REQUIRE(left_fast == ref.complete());
         ++total_steps;
       }
-      for (size_t i = 0; i < a.size(); ++i) {
-        REQUIRE(a[i].status == b[i].status);
-        REQUIRE(a[i].generated == b[i].generated);
-        auto t = kv.block_table(ReqId(i));
-        REQUIRE(std::vector<int>(t.begin(), t.end()) == ref.table(ReqId(i)));
-      }
+      require_same_requests(a, b, kv, ref);
       bool all_gone = step > 40;
       for (const Request& r : a) all_gone = all_gone && !r.alive();
       if (all_gone) break;
@@ -276,14 +286,7 @@ TEST_CASE("differential: prefix caching == naive reference on 2000 random shared
       for (int blk = 0; blk < c.cfg.num_blocks; ++blk)
         if (ref.is_published(blk)) ref_published.push_back(blk);
       REQUIRE(published_blocks(kv) == ref_published);
-      for (size_t i = 0; i < a.size(); ++i) {
-        REQUIRE(a[i].status == b[i].status);
-        REQUIRE(a[i].generated == b[i].generated);
-        REQUIRE(a[i].num_computed == b[i].num_computed);
-        REQUIRE(a[i].num_cached_tokens == b[i].num_cached_tokens);
-        auto t = kv.block_table(ReqId(i));
-        REQUIRE(std::vector<int>(t.begin(), t.end()) == ref.table(ReqId(i)));
-      }
+      require_same_requests(a, b, kv, ref);
       bool all_gone = step > 60;
       for (const Request& r : a) all_gone = all_gone && !r.alive();
       if (all_gone) break;

@@ -92,7 +92,8 @@ requests:
                      seed, rng.uniform_int(500, 6000), rng.uniform() < 0.5 ? 100.0 : 0.1, rng.uniform() < 0.5 ? 1.0 : 0.01,
                      rng.uniform() < 0.2 ? "static" : "continuous", rng.uniform_int(1, 48), rng.uniform_int(block, 2048), block,
                      rng.uniform_int(typical_blocks, 6 * typical_blocks),
-                     rng.uniform() < 0.1 ? fmt::format(", state_slots: {}", rng.uniform_int(1, 8)) : "",
+                     // No state slots here: prefix caching is refused with them (the draw keeps the stream).
+                     rng.uniform() < 0.1 ? (rng.uniform_int(1, 8), "") : "",
                      rng.uniform() < 0.7 ? "true" : "false", rng.uniform_int(1, 3), rng.uniform_int(20, 250),
                      arrivals[rng.uniform_int(0, 3)], median, out_max, rng.uniform_int(1, 6), prefix_max,
                      0.5 + 0.5 * rng.uniform(), rng.uniform() < 0.5 ? "true" : "false", rng.uniform() * 0.3);

@@ -80,8 +80,10 @@ struct ScheduleLog : run_observer_i {
   bool operator==(const ScheduleLog& o) const { return seqs == o.seqs && step_ends == o.step_ends; }
 };
 
-std::vector<std::vector<Token>> golden_logged(const std::string& wl, const std::vector<Override>& o, ScheduleLog& log) {
-  CpuRun run = run_on_cpu(wl, o, &log);
+// A CPU run watched by `observer`, every request required to finish.
+std::vector<std::vector<Token>> golden_observed(const std::string& wl, const std::vector<Override>& o,
+                                                run_observer_i& observer) {
+  CpuRun run = run_on_cpu(wl, o, &observer);
   for (const Request& r : run.requests)
     REQUIRE_MESSAGE(r.status == RequestStatus::Finished, "request ", r.id, " ended ", to_string(r.status));
   return std::move(run.outputs);
@@ -91,7 +93,7 @@ std::vector<std::vector<Token>> golden_logged(const std::string& wl, const std::
 TEST_CASE("golden (stage 1): static vs continuous batching, and continuous at several max_num_seqs and budgets") {
   const std::string wl = source_path("workloads/golden_small.yaml");
   ScheduleLog base_log;
-  const auto base = golden_logged(wl, {kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, base_log);
+  const auto base = golden_observed(wl, {kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, base_log);
   size_t tokens = 0;
   for (const auto& o : base) tokens += o.size();
   MESSAGE("baseline: ", base.size(), " requests, ", tokens, " output tokens, ", base_log.step_ends.size(), " steps");
@@ -103,7 +105,7 @@ TEST_CASE("golden (stage 1): static vs continuous batching, and continuous at se
   };
   for (const auto& run : runs) {
     ScheduleLog log;
-    const std::string diff = first_divergence(base, golden_logged(wl, run.overrides, log));
+    const std::string diff = first_divergence(base, golden_observed(wl, run.overrides, log));
     CHECK_MESSAGE(diff.empty(), run.label, ": ", diff);
     CHECK_MESSAGE(!(log == base_log), run.label, ": scheduled exactly as the baseline, so it proves nothing");
     MESSAGE(run.label, ": ", log.step_ends.size(), " steps, at most ", log.max_batch, " sequences a step");
@@ -135,11 +137,9 @@ struct ChunkCount : run_observer_i {
 
 std::vector<std::vector<Token>> golden_chunked(const std::string& wl, std::vector<Override> o, int64_t* cut) {
   ChunkCount count;
-  CpuRun run = run_on_cpu(wl, o, &count);
-  for (const Request& r : run.requests)
-    REQUIRE_MESSAGE(r.status == RequestStatus::Finished, "request ", r.id, " ended ", to_string(r.status));
+  auto outputs = golden_observed(wl, o, count);
   *cut = count.cut;
-  return std::move(run.outputs);
+  return outputs;
 }
 }  // namespace
 

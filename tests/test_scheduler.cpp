@@ -69,6 +69,29 @@ TEST_CASE("static: the batch leaves together and nobody joins while it runs") {
   CHECK(p3.seqs[0].id == 2);
 }
 
+TEST_CASE("static: a member that has generated everything and is cancelled between steps reads finished, as during a step") {
+  for (const bool during_step : {false, true}) {
+    CAPTURE(during_step);
+    auto reqs = make({{8, 1}, {8, 3}});
+    KvCache kv(100, 4, -1, 2);
+    Scheduler s({.policy = BatchingPolicy::Static, .max_num_seqs = 2, .max_num_batched_tokens = 1000,
+                 .max_model_len = 1 << 20, .enable_chunked_prefill = false}, reqs, kv);
+    for (ReqId i = 0; i < 2; ++i) s.add_request(i, 0);
+    s.schedule(0);
+    CHECK(s.complete_step(1).empty());  // request 0 has its one token and waits for its batch
+    if (during_step) {
+      s.schedule(1);
+      CHECK_FALSE(s.cancel(0, 1));  // leaves when the step ends
+      CHECK(s.complete_step(2).size() == 1);
+    } else {
+      CHECK(s.cancel(0, 1));  // leaves now
+    }
+    CHECK(reqs[0].status == RequestStatus::Finished);
+    CHECK(reqs[0].generated == 1);
+    CHECK(kv.reserved_blocks(0) == 0);
+  }
+}
+
 TEST_CASE("requests that can never run fail at arrival with a reason") {
   auto reqs = make({{0, 4}, {4, 0}, {100, 30}, {60, 10}, {40, 5}, {10, 10}});
   KvCache kv(4, 16, -1, 6);  // 64 tokens of KV

@@ -14,7 +14,10 @@
 #include <fstream>
 #include <string>
 
+#include <vector>
+
 #include "core/error.h"
+#include "sim/config.h"
 
 namespace tandem_fuzz {
 
@@ -53,6 +56,25 @@ inline void write_file(const std::string& path, const void* data, size_t size) {
 }
 
 inline void write_file(const std::string& path, const std::string& text) { write_file(path, text.data(), text.size()); }
+
+// The workload targets' overrides: every line "#set KEY=VALUE" of the input (a YAML comment,
+// so the text stays a workload), in order, as `tandem run --set KEY=VALUE` would pass it.
+inline std::vector<tandem::Override> set_lines(const std::string& text) {
+  std::vector<tandem::Override> overrides;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    const std::string line = text.substr(pos, eol - pos);
+    if (line.rfind("#set ", 0) == 0) {
+      const std::string kv = line.substr(5);
+      const size_t eq = kv.find('=');
+      overrides.push_back(eq == std::string::npos ? tandem::Override{kv, ""}
+                                                  : tandem::Override{kv.substr(0, eq), kv.substr(eq + 1)});
+    }
+    pos = eol + 1;
+  }
+  return overrides;
+}
 
 }  // namespace tandem_fuzz
 

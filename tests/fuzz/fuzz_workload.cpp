@@ -13,19 +13,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  std::vector<tandem::Override> overrides;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    const std::string line = text.substr(pos, eol - pos);
-    if (line.rfind("#set ", 0) == 0) {
-      const std::string kv = line.substr(5);
-      const size_t eq = kv.find('=');
-      overrides.push_back(eq == std::string::npos ? tandem::Override{kv, ""}
-                                                  : tandem::Override{kv.substr(0, eq), kv.substr(eq + 1)});
-    }
-    pos = eol + 1;
-  }
+  const std::vector<tandem::Override> overrides = tandem_fuzz::set_lines(text);
   const std::string path = std::string(TANDEM_SOURCE_DIR) + "/workloads/fuzz-input.yaml";
   try {
     const tandem::Workload w = tandem::parse_workload(text, path, overrides);
