@@ -8,7 +8,8 @@
 
 namespace tandem {
 
-AnalyticalCostModel::AnalyticalCostModel(const ModelSpec& m, const HardwareSpec& hw, int32_t tp) : m_(m), hw_(hw), tp_(tp) {
+AnalyticalCostModel::AnalyticalCostModel(const ModelSpec& m, const HardwareSpec& hw, int32_t tp)
+    : m_(m), hw_(hw), tp_(tp) {
   linear_flops_per_token_ = 2.0 * m.linear_params();
   lm_head_flops_per_sample_ = 2.0 * double(m.hidden) * m.vocab;
   // Every step streams the linear weights and the LM head; the embedding is only gathered.
@@ -131,8 +132,8 @@ StepCost ProfiledCostModel::estimate(const StepPlan& plan) const {
 
 std::string ProfiledCostModel::inputs() const {
   const OperatorProfile& p = *p_;
-  return fmt::format("profiled ({} on '{}', measured on {} at {}): {} raw steps, idle_factor {:.6g}", p.backend, p.model,
-                     p.hardware, p.code_version, p.raw.size(), p.idle_factor);
+  return fmt::format("profiled ({} on '{}', measured on {} at {}): {} raw steps, idle_factor {:.6g}", p.backend,
+                     p.model, p.hardware, p.code_version, p.raw.size(), p.idle_factor);
 }
 
 std::string AnalyticalCostModel::inputs() const {
@@ -145,10 +146,11 @@ std::string AnalyticalCostModel::inputs() const {
 }
 
 std::string FittedCostModel::inputs() const {
-  return fmt::format("fitted profile ({} on '{}'): overhead_us {:.6g}, per_token_us {:.6g}, per_seq_us {:.6g}, "
-                     "per_attn_pair_ns {:.6g}, per_context_token_ns {:.6g}, per_sample_us {:.6g}, idle_factor {:.6g}",
-                     c_.backend, c_.model, c_.overhead_s * 1e6, c_.per_token_s * 1e6, c_.per_seq_s * 1e6,
-                     c_.per_attn_pair_s * 1e9, c_.per_context_token_s * 1e9, c_.per_sample_s * 1e6, c_.idle_factor);
+  return fmt::format(
+      "fitted profile ({} on '{}'): overhead_us {:.6g}, per_token_us {:.6g}, per_seq_us {:.6g}, "
+      "per_attn_pair_ns {:.6g}, per_context_token_ns {:.6g}, per_sample_us {:.6g}, idle_factor {:.6g}",
+      c_.backend, c_.model, c_.overhead_s * 1e6, c_.per_token_s * 1e6, c_.per_seq_s * 1e6, c_.per_attn_pair_s * 1e9,
+      c_.per_context_token_s * 1e9, c_.per_sample_s * 1e6, c_.idle_factor);
 }
 
 std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw, int32_t tp) {
@@ -162,11 +164,12 @@ StepResult SimExecutor::execute(const StepPlan& plan) {
   r.cost = model_->estimate(plan);
   const double total = r.cost.total_s();
   if (!std::isfinite(total) || total < 0 || total > kMaxStepSeconds)
-    throw std::runtime_error(fmt::format("the cost model charges {:.6g} s for a step of {} tokens over {} sequences (gemm {:.6g} s, "
-                                 "attention {:.6g} s, overhead {:.6g} s, communication {:.6g} s); the simulator takes "
-                                 "steps of at most {:.0g} s: the inputs are too slow for this model ({})",
-                                 total, plan.num_tokens, plan.seqs.size(), r.cost.gemm_s, r.cost.attention_s,
-                                 r.cost.overhead_s, r.cost.comm_s, kMaxStepSeconds, model_->inputs()));
+    throw std::runtime_error(
+        fmt::format("the cost model charges {:.6g} s for a step of {} tokens over {} sequences (gemm {:.6g} s, "
+                    "attention {:.6g} s, overhead {:.6g} s, communication {:.6g} s); the simulator takes "
+                    "steps of at most {:.0g} s: the inputs are too slow for this model ({})",
+                    total, plan.num_tokens, plan.seqs.size(), r.cost.gemm_s, r.cost.attention_s, r.cost.overhead_s,
+                    r.cost.comm_s, kMaxStepSeconds, model_->inputs()));
   r.elapsed = std::max<Duration>(1, from_seconds(total));
   return r;
 }

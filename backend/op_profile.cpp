@@ -46,12 +46,14 @@ void derive_curves(OperatorProfile& p) {
   std::map<double, double> p0, slope;
   std::map<double, std::pair<double, double>> far;  // n -> (largest context, its time)
   std::map<double, double> multi0, multi1;
-  std::map<double, std::map<double, double>> dec;   // seqs -> context -> seconds
+  std::map<double, std::map<double, double>> dec;  // seqs -> context -> seconds
   for (const ProfileStep& s : p.raw) {
     if (s.idle) continue;
     if (s.kind == "prefill") {
-      if (s.context == 0) p0[s.tokens] = s.seconds;
-      else if (s.context > far[s.tokens].first) far[s.tokens] = {s.context, s.seconds};
+      if (s.context == 0)
+        p0[s.tokens] = s.seconds;
+      else if (s.context > far[s.tokens].first)
+        far[s.tokens] = {s.context, s.seconds};
     } else if (s.kind == "multi") {
       (s.sampled ? multi1 : multi0)[s.seqs] = s.seconds;
     } else if (s.kind == "decode") {
@@ -79,7 +81,8 @@ void derive_curves(OperatorProfile& p) {
     // their own attention (3 pairs each).
     extra[r] = std::max(0.0, t0 - p.linear.at(2 * r) - p.prefill_attn.at(2) * 3 * r);
   }
-  if (lm.empty()) throw std::invalid_argument("needs multi steps both sampled and not sampled, for the same sequence count");
+  if (lm.empty())
+    throw std::invalid_argument("needs multi steps both sampled and not sampled, for the same sequence count");
   // `linear` already holds one sequence's share: the curve is the cost of the others, zero at
   // the smallest count (two measurements of the same shape differ by noise, not by overhead).
   const double first = extra.begin()->second;

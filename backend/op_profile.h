@@ -46,11 +46,11 @@ struct OperatorProfile {
   int32_t refine_steps = 0;
 
   // Derived by derive_curves() from `raw` (not stored in the file).
-  Curve linear;        // x: tokens in the step; per-token work of every layer (GEMMs, norms, RoPE,
-                       // SwiGLU, all-reduces at tp > 1) plus one sequence's step overhead
-  Curve prefill_attn;  // x: query tokens of a chunk; seconds per (query, key) pair
-  Curve lm_head;       // x: sampled rows; LM head and argmax
-  Curve seq_overhead;  // x: sequences; per-step cost of sequences beyond the first (metadata)
+  Curve linear;                     // x: tokens in the step; per-token work of every layer (GEMMs, norms, RoPE,
+                                    // SwiGLU, all-reduces at tp > 1) plus one sequence's step overhead
+  Curve prefill_attn;               // x: query tokens of a chunk; seconds per (query, key) pair
+  Curve lm_head;                    // x: sampled rows; LM head and argmax
+  Curve seq_overhead;               // x: sequences; per-step cost of sequences beyond the first (metadata)
   std::vector<double> decode_seqs;  // knots of the decode table
   std::vector<Curve> decode;        // decode[i]: decode step of decode_seqs[i] sequences vs mean context
 };

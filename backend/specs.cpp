@@ -49,13 +49,16 @@ const std::array kHardware = {
     // per-step overhead is an assumption until a calibrated profile replaces it.
     HardwareSpec{"h200", 788e12, 4.3e12, 150e-6, 141e9, 450e9, 8e-6,
                  "measured: 4.3 TB/s copy, 788 TFLOP/s bf16 GEMM; datasheet: 141 GB, NVLink 450 GB/s per direction; "
-                 "assumed: 150 us/step, 8 us per all-reduce", std::nullopt, nullptr, ""},
+                 "assumed: 150 us/step, 8 us per all-reduce",
+                 std::nullopt, nullptr, ""},
     // The same card over PCIe Gen5 x16 instead of NVLink (for tensor parallelism).
     HardwareSpec{"h200-pcie", 788e12, 4.3e12, 150e-6, 141e9, 64e9, 15e-6,
-                 "as h200; datasheet: PCIe Gen5 x16 64 GB/s per direction; assumed: 15 us per all-reduce", std::nullopt, nullptr, ""},
+                 "as h200; datasheet: PCIe Gen5 x16 64 GB/s per direction; assumed: 15 us per all-reduce", std::nullopt,
+                 nullptr, ""},
     // The vendor's datasheet figures for the H200 SXM, for comparison.
     HardwareSpec{"h200-datasheet", 989e12, 4.8e12, 150e-6, 141e9, 450e9, 8e-6,
-                 "datasheet: 989 TFLOP/s dense bf16, 4.8 TB/s, 141 GB; assumed: 150 us/step", std::nullopt, nullptr, ""},
+                 "datasheet: 989 TFLOP/s dense bf16, 4.8 TB/s, 141 GB; assumed: 150 us/step", std::nullopt, nullptr,
+                 ""},
 };
 
 template <class Arr>
@@ -68,11 +71,13 @@ std::string names(const Arr& a) {
 }  // namespace
 
 std::optional<ModelSpec> model_preset(const std::string& name) {
-  for (const auto& m : kModels) if (m.name == name) return m;
+  for (const auto& m : kModels)
+    if (m.name == name) return m;
   return std::nullopt;
 }
 std::optional<HardwareSpec> hardware_preset(const std::string& name) {
-  for (const auto& h : kHardware) if (h.name == name) return h;
+  for (const auto& h : kHardware)
+    if (h.name == name) return h;
   return std::nullopt;
 }
 std::string model_preset_names() { return names(kModels); }

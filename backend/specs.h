@@ -10,19 +10,19 @@
 namespace tandem {
 
 struct ModelSpec {
-  std::string name;          // preset name, or "custom"
+  std::string name;  // preset name, or "custom"
   int32_t layers = 0;
   int32_t hidden = 0;
   int32_t heads = 0;
   int32_t kv_heads = 0;
-  int32_t ffn = 0;           // SwiGLU intermediate size
+  int32_t ffn = 0;  // SwiGLU intermediate size
   int32_t vocab = 0;
   std::string dtype = "bf16";
   int32_t max_model_len = 0;
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-5;
-  bool tie_embeddings = false;   // LM head shares the embedding matrix
-  std::string checkpoint;        // Hugging Face folder (config.json + *.safetensors); empty: dummy weights
+  bool tie_embeddings = false;  // LM head shares the embedding matrix
+  std::string checkpoint;       // Hugging Face folder (config.json + *.safetensors); empty: dummy weights
 
   int32_t head_dim() const { return hidden / heads; }
   int32_t dtype_bytes() const;
@@ -48,29 +48,29 @@ struct ModelSpec {
 struct FittedCoefficients {
   std::string backend, model;  // what it was measured on: the workload's model must match
   int32_t threads = 0;
-  double overhead_s = 0;          // per step
-  double per_token_s = 0;         // per token computed (linear layers)
-  double per_seq_s = 0;           // per sequence in the step
-  double per_attn_pair_s = 0;     // per (query, key) pair of attention
-  double per_context_token_s = 0; // per context token read from the KV cache
-  double per_sample_s = 0;        // per sampled sequence (LM head, argmax)
-  double idle_factor = 1.0;       // multiplies a step that starts after the backend was idle
+  double overhead_s = 0;           // per step
+  double per_token_s = 0;          // per token computed (linear layers)
+  double per_seq_s = 0;            // per sequence in the step
+  double per_attn_pair_s = 0;      // per (query, key) pair of attention
+  double per_context_token_s = 0;  // per context token read from the KV cache
+  double per_sample_s = 0;         // per sampled sequence (LM head, argmax)
+  double idle_factor = 1.0;        // multiplies a step that starts after the backend was idle
 };
 
 struct HardwareSpec {
   std::string name;
-  double peak_flops = 0;          // dense matrix FLOP/s at the model dtype
-  double mem_bandwidth = 0;       // bytes/s
-  double step_overhead_s = 0;     // fixed cost of every step (launches, scheduling, sampling)
-  double memory_bytes = 0;        // device memory, to size the KV cache when not given
-  double link_bandwidth = 0;      // bytes/s per direction between devices (tensor parallelism)
-  double link_latency_s = 0;      // fixed cost of one all-reduce
-  std::string source;             // where the numbers come from (datasheet / measured / assumed)
+  double peak_flops = 0;                     // dense matrix FLOP/s at the model dtype
+  double mem_bandwidth = 0;                  // bytes/s
+  double step_overhead_s = 0;                // fixed cost of every step (launches, scheduling, sampling)
+  double memory_bytes = 0;                   // device memory, to size the KV cache when not given
+  double link_bandwidth = 0;                 // bytes/s per direction between devices (tensor parallelism)
+  double link_latency_s = 0;                 // fixed cost of one all-reduce
+  std::string source;                        // where the numbers come from (datasheet / measured / assumed)
   std::optional<FittedCoefficients> fitted;  // set: the fitted cost model replaces the roofline
   // Set: the profiled (per-operator, interpolated) cost model replaces the roofline. Shared:
   // a HardwareSpec is copied with its workload, the tables need not be.
   std::shared_ptr<const OperatorProfile> profiled;
-  std::string profile_path;       // the profile file it came from (fitted or profiled)
+  std::string profile_path;  // the profile file it came from (fitted or profiled)
 };
 
 // Named presets. Return nullopt for an unknown name.

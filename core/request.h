@@ -28,26 +28,40 @@ enum class FailReason : uint8_t {
 
 inline std::string_view to_string(RequestStatus s) {
   switch (s) {
-    case RequestStatus::Pending: return "pending";
-    case RequestStatus::Waiting: return "waiting";
-    case RequestStatus::Running: return "running";
-    case RequestStatus::Finished: return "finished";
-    case RequestStatus::Cancelled: return "cancelled";
-    case RequestStatus::Failed: return "failed";
+    case RequestStatus::Pending:
+      return "pending";
+    case RequestStatus::Waiting:
+      return "waiting";
+    case RequestStatus::Running:
+      return "running";
+    case RequestStatus::Finished:
+      return "finished";
+    case RequestStatus::Cancelled:
+      return "cancelled";
+    case RequestStatus::Failed:
+      return "failed";
   }
   return "?";
 }
 
 inline std::string_view to_string(FailReason r) {
   switch (r) {
-    case FailReason::None: return "";
-    case FailReason::EmptyPrompt: return "empty_prompt";
-    case FailReason::EmptyOutput: return "empty_output";
-    case FailReason::ExceedsMaxModelLen: return "exceeds_max_model_len";
-    case FailReason::ExceedsKvCapacity: return "exceeds_kv_capacity";
-    case FailReason::PromptOverBudget: return "prompt_over_token_budget";
-    case FailReason::NoStateSlots: return "no_state_slots";
-    case FailReason::BackendError: return "backend_error";
+    case FailReason::None:
+      return "";
+    case FailReason::EmptyPrompt:
+      return "empty_prompt";
+    case FailReason::EmptyOutput:
+      return "empty_output";
+    case FailReason::ExceedsMaxModelLen:
+      return "exceeds_max_model_len";
+    case FailReason::ExceedsKvCapacity:
+      return "exceeds_kv_capacity";
+    case FailReason::PromptOverBudget:
+      return "prompt_over_token_budget";
+    case FailReason::NoStateSlots:
+      return "no_state_slots";
+    case FailReason::BackendError:
+      return "backend_error";
   }
   return "?";
 }
@@ -56,7 +70,7 @@ struct Request {
   // --- description (workload) ---
   ReqId id = 0;
   Time arrival = 0;
-  Time cancel_at = kNever;      // a Cancel event fires then, if the request is still alive
+  Time cancel_at = kNever;  // a Cancel event fires then, if the request is still alive
   int32_t prompt_len = 0;
   int32_t max_output = 0;       // tokens to generate (EOS ignored, as in serving benchmarks)
   int32_t prefix_group = -1;    // shared-prefix group, -1 if none
@@ -65,8 +79,8 @@ struct Request {
   uint32_t hash_ids_count = 0;
 
   // --- progress (scheduler) ---
-  int32_t num_computed = 0;  // tokens whose KV is in the cache
-  int32_t generated = 0;     // output tokens sampled so far
+  int32_t num_computed = 0;       // tokens whose KV is in the cache
+  int32_t generated = 0;          // output tokens sampled so far
   int32_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache at admission
   RequestStatus status = RequestStatus::Pending;
   FailReason fail_reason = FailReason::None;
@@ -84,8 +98,7 @@ struct Request {
   int32_t target_len() const { return prompt_len + generated; }
   bool prefilling() const { return num_computed < prompt_len; }
   bool alive() const {
-    return status == RequestStatus::Pending || status == RequestStatus::Waiting ||
-           status == RequestStatus::Running;
+    return status == RequestStatus::Pending || status == RequestStatus::Waiting || status == RequestStatus::Running;
   }
 };
 

@@ -49,7 +49,9 @@ class Rng {
     if (span == 0) return static_cast<int64_t>(next());
     const uint64_t limit = UINT64_MAX - UINT64_MAX % span;
     uint64_t v;
-    do { v = next(); } while (v >= limit);
+    do {
+      v = next();
+    } while (v >= limit);
     return lo + static_cast<int64_t>(v % span);
   }
   double exponential(double rate) { return -std::log(uniform_pos()) / rate; }

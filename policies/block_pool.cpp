@@ -38,7 +38,8 @@ int32_t BlockPool::allocate() {
     return b;
   }
   const int32_t b = head;
-  if (b == kSentinel) throw std::logic_error("BlockPool::allocate: no free block (admission let a request past its reservation)");
+  if (b == kSentinel)
+    throw std::logic_error("BlockPool::allocate: no free block (admission let a request past its reservation)");
   unlink(b);
   // The next head is the next least recently used block, cold in the cache: fetch it (and its
   // index entry) now, while this one is handed out; a request's blocks are taken in a run.
@@ -66,8 +67,10 @@ void BlockPool::release(int32_t block) {
   Meta& m = meta(block);
   if (m.ref <= 0) throw std::logic_error("BlockPool::release: block is not referenced");
   if (--m.ref > 0) return;
-  if (m.slot != kUnpublished) link_after(meta(kSentinel).prev, block);  // tail: kept longest
-  else link_after(kSentinel, block);                                    // head: reused first
+  if (m.slot != kUnpublished)
+    link_after(meta(kSentinel).prev, block);  // tail: kept longest
+  else
+    link_after(kSentinel, block);  // head: reused first
 }
 
 bool BlockPool::publish(int32_t block, const BlockHash& h) {
@@ -120,7 +123,8 @@ bool BlockPool::index_insert(const BlockHash& h, int32_t block) {
 
 void BlockPool::index_erase(int32_t block) {
   uint32_t hole = meta(block).slot;
-  if (hole >= kPrivate || slots_[hole].block != block) throw std::logic_error("BlockPool: a published block is missing from the index");
+  if (hole >= kPrivate || slots_[hole].block != block)
+    throw std::logic_error("BlockPool: a published block is missing from the index");
   meta(block).slot = kUnpublished;
   // Backward shift: pull later entries of the probe run into the hole unless their home slot
   // lies cyclically in (hole, entry], where moving them would put them before their home.

@@ -29,7 +29,7 @@ class BlockPool {
   explicit BlockPool(int32_t num_blocks);
 
   int32_t num_blocks() const { return num_blocks_; }
-  int32_t num_free() const { return num_free_; }  // unreferenced blocks, cached or empty
+  int32_t num_free() const { return num_free_; }                        // unreferenced blocks, cached or empty
   int32_t num_cached() const { return num_published_ + num_private_; }  // published, referenced or not
   int64_t num_evictions() const { return evictions_; }
   int32_t ref_count(int32_t block) const { return block < num_materialized() ? meta(block).ref : 0; }
@@ -68,11 +68,11 @@ class BlockPool {
   void link_after(int32_t pos, int32_t block);  // pos == kSentinel links at the head
 
   // The hash index: open addressing with linear probing over a power-of-two table of at least
-  // twice the published blocks (load <= 1/2; doubled and rehashed before it would pass that), deletion by backward shift (no tombstones, so a long run
-  // of evictions never degrades lookups). A slot keeps 32 bits of the hash (its home slot and
-  // a quick reject) and the block id; the full hash is compared in hash_. It is a flat array
-  // because eviction + publish run once per block in a replay: a node-based map costs an
-  // allocation and a cache miss each (about 5x slower, measured on the Azure replay).
+  // twice the published blocks (load <= 1/2; doubled and rehashed before it would pass that), deletion by backward
+  // shift (no tombstones, so a long run of evictions never degrades lookups). A slot keeps 32 bits of the hash (its
+  // home slot and a quick reject) and the block id; the full hash is compared in hash_. It is a flat array because
+  // eviction + publish run once per block in a replay: a node-based map costs an allocation and a cache miss each
+  // (about 5x slower, measured on the Azure replay).
   struct Slot {
     uint32_t tag = 0;    // BlockHash::lo's low 32 bits
     int32_t block = -1;  // -1: empty
@@ -88,13 +88,13 @@ class BlockPool {
   // and separate arrays would cost a miss each.
   static constexpr uint32_t kUnpublished = ~uint32_t{0};
   static constexpr uint32_t kPrivate = ~uint32_t{0} - 1;  // published, not in the index
-  static constexpr int32_t kSentinel = -1;   // the list node before the head and after the tail
-  static constexpr int32_t kNotListed = -2;  // prev/next of a block that is not on the free list
+  static constexpr int32_t kSentinel = -1;                // the list node before the head and after the tail
+  static constexpr int32_t kNotListed = -2;               // prev/next of a block that is not on the free list
   struct Meta {
-    BlockHash hash;                 // valid while published
+    BlockHash hash;                                // valid while published
     int32_t prev = kNotListed, next = kNotListed;  // free-list links
     int32_t ref = 0;
-    uint32_t slot = kUnpublished;   // its index entry while published
+    uint32_t slot = kUnpublished;  // its index entry while published
   };
   static_assert(sizeof(Meta) == 32);
   Meta& meta(int32_t b) { return meta_[static_cast<size_t>(b + 1)]; }

@@ -12,7 +12,8 @@ KvCache::KvCache(int32_t num_blocks, int32_t block_size, int32_t num_state_slots
       free_slots_(num_state_slots < 0 ? 0 : num_state_slots),
       pool_(std::max(num_blocks, 1)),
       tables_(static_cast<size_t>(num_requests)) {
-  if (num_blocks < 1 || block_size < 1) throw std::invalid_argument("KvCache: needs at least one block of at least one token");
+  if (num_blocks < 1 || block_size < 1)
+    throw std::invalid_argument("KvCache: needs at least one block of at least one token");
 }
 
 void KvCache::match_prefix(std::span<const BlockHash> prompt_hashes, int32_t max_blocks, PrefixHit& out) const {
@@ -56,10 +57,11 @@ void KvCache::grow(ReqId id, int64_t tokens) {
 
 void KvCache::publish_full_blocks(ReqId id, int64_t computed_tokens, std::span<const BlockHash> prompt_hashes) {
   Table& t = tables_[static_cast<size_t>(id)];
-  const auto full = static_cast<int32_t>(std::min<int64_t>({computed_tokens / block_size_, int64_t(prompt_hashes.size()),
-                                                           int64_t(t.blocks.size())}));
+  const auto full = static_cast<int32_t>(
+      std::min<int64_t>({computed_tokens / block_size_, int64_t(prompt_hashes.size()), int64_t(t.blocks.size())}));
   constexpr int32_t kAhead = 8;  // index entries fetched ahead of their publish
-  for (int32_t i = t.published; i < std::min(full, t.published + kAhead); ++i) pool_.prefetch(prompt_hashes[static_cast<size_t>(i)]);
+  for (int32_t i = t.published; i < std::min(full, t.published + kAhead); ++i)
+    pool_.prefetch(prompt_hashes[static_cast<size_t>(i)]);
   for (; t.published < full; ++t.published) {
     if (t.published + kAhead < full) pool_.prefetch(prompt_hashes[static_cast<size_t>(t.published + kAhead)]);
     pool_.publish(t.blocks[static_cast<size_t>(t.published)], prompt_hashes[static_cast<size_t>(t.published)]);

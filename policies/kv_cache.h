@@ -18,9 +18,9 @@
 #include <span>
 #include <vector>
 
+#include "core/request.h"
 #include "policies/block_hash.h"
 #include "policies/block_pool.h"
-#include "core/request.h"
 
 namespace tandem {
 

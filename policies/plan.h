@@ -12,16 +12,16 @@ namespace tandem {
 
 struct ScheduledSeq {
   ReqId id = 0;
-  int32_t num_tokens = 0;           // tokens computed this step, starting at num_computed_before
-  int32_t num_computed_before = 0;  // tokens already in the KV cache (the context)
-  bool samples = false;           // this step reaches the end of the sequence: sample a token
+  int32_t num_tokens = 0;                // tokens computed this step, starting at num_computed_before
+  int32_t num_computed_before = 0;       // tokens already in the KV cache (the context)
+  bool samples = false;                  // this step reaches the end of the sequence: sample a token
   std::span<const int32_t> block_table;  // KV block ids; valid until the scheduler next mutates
 };
 
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;
-  int32_t num_tokens = 0;       // == sum of seqs[i].num_tokens
-  int32_t num_prefill_seqs = 0; // seqs still in their prompt (num_computed_before < prompt_len)
+  int32_t num_tokens = 0;        // == sum of seqs[i].num_tokens
+  int32_t num_prefill_seqs = 0;  // seqs still in their prompt (num_computed_before < prompt_len)
   int32_t num_decode_seqs = 0;
   int32_t num_samples = 0;
   // Input token ids, seqs in order, num_tokens each. Attached by the engine for executors that

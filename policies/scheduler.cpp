@@ -5,15 +5,14 @@
 
 namespace tandem {
 
-std::string_view to_string(BatchingPolicy p) {
-  return p == BatchingPolicy::Static ? "static" : "continuous";
-}
+std::string_view to_string(BatchingPolicy p) { return p == BatchingPolicy::Static ? "static" : "continuous"; }
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, KvCache& kv)
     : cfg_(cfg), reqs_(requests), kv_(kv), cancel_pending_(requests.size(), 0) {
   if (cfg.enable_prefix_caching) prompt_hashes_.resize(requests.size());
   if (cfg.max_num_seqs < 1 || cfg.max_num_batched_tokens < 1 || cfg.max_num_partial_prefills < 1)
-    throw std::invalid_argument("Scheduler: max_num_seqs, max_num_batched_tokens and max_num_partial_prefills must be >= 1");
+    throw std::invalid_argument(
+        "Scheduler: max_num_seqs, max_num_batched_tokens and max_num_partial_prefills must be >= 1");
   running_.reserve(static_cast<size_t>(cfg.max_num_seqs));
   // With several prompts allowed part-way, each gets at most its share of the budget, so a
   // prompt behind a long one can start in the same step (vLLM's concurrent partial prefills).
@@ -193,8 +192,8 @@ std::span<const ReqId> Scheduler::complete_step(Time now) {
   }
   // Who leaves: finished requests (continuous: at once; static: when the whole batch is done)
   // and requests cancelled while the step ran. Compaction keeps admission order.
-  const bool batch_done = cfg_.policy == BatchingPolicy::Static &&
-      std::all_of(running_.begin(), running_.end(), [&](ReqId id) {
+  const bool batch_done =
+      cfg_.policy == BatchingPolicy::Static && std::all_of(running_.begin(), running_.end(), [&](ReqId id) {
         return done_generating(reqs_[static_cast<size_t>(id)]) || cancel_pending_[static_cast<size_t>(id)];
       });
   size_t keep = 0;

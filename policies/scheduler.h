@@ -29,9 +29,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/request.h"
 #include "policies/kv_cache.h"
 #include "policies/plan.h"
-#include "core/request.h"
 
 namespace tandem {
 
@@ -43,7 +43,7 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 8192;  // per-step token budget
   int32_t max_model_len = 8192;
-  bool enable_chunked_prefill = true;    // false: stage 1 (a prompt runs whole, or fails at arrival)
+  bool enable_chunked_prefill = true;  // false: stage 1 (a prompt runs whole, or fails at arrival)
   // Prompts that may be part-way at once (chunking only). Above 1, every prompt chunk is capped
   // at max_num_batched_tokens / max_num_partial_prefills, so that several prompts progress at once.
   int32_t max_num_partial_prefills = 1;
@@ -100,9 +100,9 @@ class Scheduler {
   SchedulerConfig cfg_;
   std::span<Request> reqs_;
   KvCache& kv_;
-  std::deque<ReqId> waiting_;       // FCFS; may hold cancelled ids, skipped lazily
-  int32_t num_waiting_ = 0;         // live entries of waiting_
-  std::vector<ReqId> running_;      // admission order
+  std::deque<ReqId> waiting_;   // FCFS; may hold cancelled ids, skipped lazily
+  int32_t num_waiting_ = 0;     // live entries of waiting_
+  std::vector<ReqId> running_;  // admission order
   // Running and still in the prompt after a chunk. At most max_num_partial_prefills stay
   // part-way after a step; while a step is planned, the ones it finishes are still listed next
   // to that step's new admissions, so the list may briefly hold up to twice that.
@@ -110,8 +110,8 @@ class Scheduler {
   int32_t partial_after_step_ = 0;  // of partial_ and this step's admissions: still part-way after this step
   int32_t chunk_cap_ = 0;           // most tokens one prompt chunk may take (budget / max partials)
   std::vector<std::vector<BlockHash>> prompt_hashes_;  // by ReqId, owned while the prompt is computed (caching on)
-  PrefixHit hit_;                   // scratch for match_prefix, reused
-  std::vector<uint8_t> cancel_pending_;  // by ReqId: cancel arrived while the step was in flight
+  PrefixHit hit_;                                      // scratch for match_prefix, reused
+  std::vector<uint8_t> cancel_pending_;                // by ReqId: cancel arrived while the step was in flight
   StepPlan plan_;
   int32_t budget_left_ = 0;
   bool in_flight_ = false;

@@ -13,52 +13,57 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <thread>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
+#include "backend/cpu/cpu_executor.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/llama.h"
-#include "backend/cpu/cpu_executor.h"
 #include "backend/warmup.h"
-#include "sim/config_sections.h"
-#include "sim/config.h"
+#include "core/host.h"
+#include "core/rng.h"
 #include "sim/calibrate_serve.h"
+#include "sim/config.h"
+#include "sim/config_sections.h"
 #include "sim/engine.h"
 #include "sim/host_probe.h"
-#include "core/rng.h"
-#include "core/host.h"
 
 namespace tandem {
 
 namespace {
 // The workload whose engine section the grid runs under: the first --workload, else defaults
 // that suit the backend (the workloads of this repository for it).
-Workload grid_workload(const std::string& backend, const std::string& model, const std::vector<std::string>& workloads) {
+Workload grid_workload(const std::string& backend, const std::string& model,
+                       const std::vector<std::string>& workloads) {
   if (!workloads.empty()) {
     Workload w = load_workload(workloads[0]);
     if (w.model.name != model)
-      throw InputError(fmt::format("calibrate: {} uses model '{}', --model is '{}'", workloads[0], w.model.name, model));
+      throw InputError(
+          fmt::format("calibrate: {} uses model '{}', --model is '{}'", workloads[0], w.model.name, model));
     return w;
   }
   if (!model_preset(model))
     throw InputError(fmt::format("calibrate: unknown model preset '{}' (known: {})", model, model_preset_names()));
-  const std::string engine = backend == "cpu" ? "{max_num_seqs: 64, max_num_batched_tokens: 2048, num_kv_blocks: 4096}"
-                                              : "{max_num_seqs: 64, max_num_batched_tokens: 4096, num_kv_blocks: 16384}";
-  return parse_workload(fmt::format("model: {}\nhardware: {}\nengine: {}\n"
-                                    "requests: {{count: 1, arrival: {{process: burst}}, prompt_len: 4, output_len: 2}}\n",
-                                    model, backend == "cpu" ? "{name: cpu, peak_tflops: 0.1, mem_bandwidth_tbs: 0.02, "
-                                                              "step_overhead_us: 300, memory_gb: 16}"
-                                                            : "h200",
-                                    engine),
-                        "calibrate-defaults.yaml");
+  const std::string engine = backend == "cpu"
+                                 ? "{max_num_seqs: 64, max_num_batched_tokens: 2048, num_kv_blocks: 4096}"
+                                 : "{max_num_seqs: 64, max_num_batched_tokens: 4096, num_kv_blocks: 16384}";
+  return parse_workload(
+      fmt::format("model: {}\nhardware: {}\nengine: {}\n"
+                  "requests: {{count: 1, arrival: {{process: burst}}, prompt_len: 4, output_len: 2}}\n",
+                  model,
+                  backend == "cpu" ? "{name: cpu, peak_tflops: 0.1, mem_bandwidth_tbs: 0.02, "
+                                     "step_overhead_us: 300, memory_gb: 16}"
+                                   : "h200",
+                  engine),
+      "calibrate-defaults.yaml");
 }
 
 // Per-step relative errors of the profile on its own grid, by kind, for the printout.
 void print_grid_errors(const OperatorProfile& p) {
   const ProfiledCostModel model(std::make_shared<OperatorProfile>(p));
-  fmt::print("{:>8}{:>6}{:>8}{:>9}{:>8}{:>12}{:>12}{:>9}\n", "kind", "seqs", "tokens", "context", "sample", "measured_ms",
-             "model_ms", "error");
+  fmt::print("{:>8}{:>6}{:>8}{:>9}{:>8}{:>12}{:>12}{:>9}\n", "kind", "seqs", "tokens", "context", "sample",
+             "measured_ms", "model_ms", "error");
   std::vector<std::vector<int32_t>> tables;
   for (const ProfileStep& s : p.raw) {
     if (s.idle) continue;
@@ -80,14 +85,13 @@ void print_grid_errors(const OperatorProfile& p) {
 
 }  // namespace
 
-
 namespace {
 // --model: the grid on the backend, then (with --workload) the residuals on served traffic.
 int calibrate_profiled(const std::string& backend, const std::string& model, const std::vector<std::string>& workloads,
                        const ExecutorFactory* factory, const GridOptions& opt, const std::string& out_path) {
   Workload w = grid_workload(backend, model, workloads);
-  const GridLimits limits{w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.max_num_batched_tokens,
-                          w.engine.max_num_seqs, w.model.max_model_len, w.model.vocab};
+  const GridLimits limits{w.engine.resolved_kv_blocks, w.engine.block_size,   w.engine.max_num_batched_tokens,
+                          w.engine.max_num_seqs,       w.model.max_model_len, w.model.vocab};
   OperatorProfile p;
   double loop_gap = 0;
   std::vector<ServedStep> served;
@@ -107,12 +111,12 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
   p.hardware = backend == "cpu" ? fmt::format("{}, {} threads", cpu_name(), cpu::threads()) : gpu_name();
   p.code_version = git_version();
   p.measured_at = utc_now();
-  p.engine = fmt::format("deterministic {}, max_num_seqs {}, max_num_batched_tokens {}, block_size {}{}",
-                         w.engine.deterministic, w.engine.max_num_seqs, w.engine.max_num_batched_tokens,
-                         w.engine.block_size,
-                         backend == "cuda" ? fmt::format(", cuda_graph {}, cuda_attention {}", w.engine.cuda_graph,
-                                                         w.engine.cuda_attention)
-                                           : "");
+  p.engine =
+      fmt::format("deterministic {}, max_num_seqs {}, max_num_batched_tokens {}, block_size {}{}",
+                  w.engine.deterministic, w.engine.max_num_seqs, w.engine.max_num_batched_tokens, w.engine.block_size,
+                  backend == "cuda"
+                      ? fmt::format(", cuda_graph {}, cuda_attention {}", w.engine.cuda_graph, w.engine.cuda_attention)
+                      : "");
   print_grid_errors(p);
   std::string notes;
   if (p.idle_samples < kMinIdleSamples)
@@ -122,7 +126,8 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
     for (const std::string& wl : workloads) {
       Workload ww = load_workload(wl);
       if (ww.model.name != w.model.name)
-        throw InputError(fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, ww.model.name, w.model.name));
+        throw InputError(
+            fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, ww.model.name, w.model.name));
       std::unique_ptr<executor_i> exec = executor_for(ww, factory);
       ServedRun run = serve(ww, *exec, &predictor);
       served.insert(served.end(), run.steps.begin(), run.steps.end());
@@ -133,9 +138,10 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
   fmt::print("{}", notes);
   std::string names;
   for (const std::string& wl : workloads) names.append(names.empty() ? "" : ", ").append(wl);
-  std::string comment = fmt::format("# tandem calibrate --backend {} --model {}: per-operator profile, {} measured steps\n"
-                                    "# (synthetic shapes through the {} executor; curves interpolated from the raw table)",
-                                    backend, p.model, p.raw.size(), backend);
+  std::string comment = fmt::format(
+      "# tandem calibrate --backend {} --model {}: per-operator profile, {} measured steps\n"
+      "# (synthetic shapes through the {} executor; curves interpolated from the raw table)",
+      backend, p.model, p.raw.size(), backend);
   if (!names.empty()) comment += fmt::format("\n# refined on the served steps of {}", names);
   comment += "\n";
   for (size_t i = 0, j; i < notes.size(); i = j + 1) {
@@ -143,9 +149,8 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
     if (j == std::string::npos) j = notes.size();
     comment += "# " + notes.substr(i, j - i) + "\n";
   }
-  const double memory_gb = w.hardware.memory_bytes / 1e9 > 0 && backend != "cpu"
-                               ? w.hardware.memory_bytes / 1e9
-                               : physical_memory_bytes() / 1e9;
+  const double memory_gb = w.hardware.memory_bytes / 1e9 > 0 && backend != "cpu" ? w.hardware.memory_bytes / 1e9
+                                                                                 : physical_memory_bytes() / 1e9;
   std::ofstream out(out_path);
   if (!out) throw InputError(fmt::format("calibrate: cannot write {}", out_path));
   out << config_detail::profile_file_text(p, fmt::format("{}-{}-profiled", backend, p.model), memory_gb, comment);
@@ -162,20 +167,19 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
       "model", po::value<std::string>(), "model preset: measure the per-operator profile on a grid")(
       "workload", po::value<std::vector<std::string>>()->composing(),
       "with --model: refine on the served steps of these workloads (the first also sets the engine); "
-      "alone: the older linear fit on them (repeatable)")(
-      "out", po::value<std::string>(), "profile to write (YAML)")(
+      "alone: the older linear fit on them (repeatable)")("out", po::value<std::string>(), "profile to write (YAML)")(
       "threads", po::value<int>()->default_value(0), "threads (0: all cores)")(
       "reps", po::value<int>()->default_value(5), "grid: timed repetitions per shape (the fastest is kept)")(
       "budget", po::value<double>()->default_value(110), "grid: seconds it may take (fewer repetitions if needed)")(
-      "quick", po::bool_switch(), "grid: a smaller grid")(
-      "help,h", po::bool_switch(), "this help");
+      "quick", po::bool_switch(), "grid: a smaller grid")("help,h", po::bool_switch(), "this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
   po::notify(vm);
   if (vm["help"].as<bool>()) {
-    std::cout << "usage: tandem calibrate --backend cpu|cuda --model PRESET [--workload W.yaml ...] --out PROFILE.yaml\n"
-                 "       tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml\n"
-              << opts;
+    std::cout
+        << "usage: tandem calibrate --backend cpu|cuda --model PRESET [--workload W.yaml ...] --out PROFILE.yaml\n"
+           "       tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml\n"
+        << opts;
     return 0;
   }
   const std::string backend = vm["backend"].as<std::string>();
@@ -191,7 +195,8 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
   if (!vm.count("out")) throw InputError("calibrate: --out PROFILE.yaml is required");
   for (const char* k : {"reps", "quick", "budget"})  // grid options: unused by the linear fit
     if (!grid && !vm[k].defaulted())
-      throw InputError(fmt::format("calibrate: --{} applies to the grid (--model), not to the linear fit (--workload alone)", k));
+      throw InputError(
+          fmt::format("calibrate: --{} applies to the grid (--model), not to the linear fit (--workload alone)", k));
   if (backend != "cpu" && !vm["threads"].defaulted())
     throw InputError(fmt::format("calibrate --threads: only the CPU backend uses threads (this one is {})", backend));
   if (const int reps = vm["reps"].as<int>(); reps < 1 || reps > 1000)
@@ -224,8 +229,7 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
     if (!names.empty() && w.model.name != m.name)
       throw InputError(fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, w.model.name, m.name));
     m = w.model;
-    memory_gb = backend == "cpu" ? physical_memory_bytes() / 1e9
-                                 : w.hardware.memory_bytes / 1e9;
+    memory_gb = backend == "cpu" ? physical_memory_bytes() / 1e9 : w.hardware.memory_bytes / 1e9;
     std::unique_ptr<executor_i> exec = executor_for(w, fac);
     ServedRun run = serve(w, *exec, nullptr);
     points.insert(points.end(), run.points.begin(), run.points.end());
@@ -239,13 +243,15 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
   std::vector<double> err;
   const bool print_all = points.size() <= 200;
   if (print_all)
-    fmt::print("{:>8}{:>6}{:>14}{:>6}{:>12}{:>12}{:>9}\n", "tokens", "seqs", "context", "idle", "measured_ms", "fitted_ms", "error");
+    fmt::print("{:>8}{:>6}{:>14}{:>6}{:>12}{:>12}{:>9}\n", "tokens", "seqs", "context", "idle", "measured_ms",
+               "fitted_ms", "error");
   for (const auto& p : points) {
     const double pred = predict_seconds(c, p.f, p.after_idle);
     err.push_back(std::fabs(pred - p.seconds) / p.seconds);
     if (print_all)
-      fmt::print("{:>8.0f}{:>6.0f}{:>14.0f}{:>6}{:>12.3f}{:>12.3f}{:>8.1f}%\n", p.f.tokens, p.f.seqs, p.f.context_tokens,
-                 p.after_idle ? "yes" : "", p.seconds * 1e3, pred * 1e3, 100 * (pred - p.seconds) / p.seconds);
+      fmt::print("{:>8.0f}{:>6.0f}{:>14.0f}{:>6}{:>12.3f}{:>12.3f}{:>8.1f}%\n", p.f.tokens, p.f.seqs,
+                 p.f.context_tokens, p.after_idle ? "yes" : "", p.seconds * 1e3, pred * 1e3,
+                 100 * (pred - p.seconds) / p.seconds);
   }
   std::vector<double> sorted = err;
   std::sort(sorted.begin(), sorted.end());

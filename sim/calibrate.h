@@ -34,12 +34,12 @@ struct GridLimits {
   int32_t num_blocks = 0, block_size = 16, max_tokens = 0, max_seqs = 0, max_model_len = 0, vocab = 2;
 };
 struct GridOptions {
-  int reps = 5;              // timed repetitions per shape (the fastest is kept); fewer if the budget says so
-  bool quick = false;        // a smaller grid (contexts up to 1,024)
-  double budget_s = 0;       // time for the grid (0: no limit)
-  bool fill_kv = false;      // write real-looking K/V into the blocks first (GPUs run faster on zeros)
-  bool graph_buckets = false;// decode-only steps are padded to a power of two (CUDA Graphs)
-  int idle_rounds = 3;       // after-idle repetitions of the small shapes
+  int reps = 5;                // timed repetitions per shape (the fastest is kept); fewer if the budget says so
+  bool quick = false;          // a smaller grid (contexts up to 1,024)
+  double budget_s = 0;         // time for the grid (0: no limit)
+  bool fill_kv = false;        // write real-looking K/V into the blocks first (GPUs run faster on zeros)
+  bool graph_buckets = false;  // decode-only steps are padded to a power of two (CUDA Graphs)
+  int idle_rounds = 3;         // after-idle repetitions of the small shapes
 };
 constexpr int kMinIdleSamples = 8;  // fewer after-idle samples: idle factor 1, and calibrate says so
 OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& limits, const GridOptions& opt);
@@ -54,13 +54,14 @@ struct ServedStep {
   double measured_s = 0, predicted_s = 0;
 };
 constexpr int kMinRefineSteps = 20;  // a residual needs this many steps of its kind, else it stays 1
-// Sets the residual per step kind (total measured / total predicted) and, with enough real idle spells, the idle factor; returns
-// a few lines that say what was set and from how many steps.
+// Sets the residual per step kind (total measured / total predicted) and, with enough real idle spells, the idle
+// factor; returns a few lines that say what was set and from how many steps.
 std::string refine_profile(OperatorProfile& p, const std::vector<ServedStep>& steps, double loop_gap_s);
 
 // Backends other than the CPU one, by name, as the CLI builds them for a workload (the CUDA
-// backend is its own library, tandem_cuda, which tandem_sim does not link). Live mode (--workload) runs on any of them; grid
-// mode (--model) is CPU-only.
-int calibrate_command(const std::vector<std::string>& args, const std::map<std::string, ExecutorFactory>& backends = {});
+// backend is its own library, tandem_cuda, which tandem_sim does not link). Live mode (--workload) runs on any of them;
+// grid mode (--model) is CPU-only.
+int calibrate_command(const std::vector<std::string>& args,
+                      const std::map<std::string, ExecutorFactory>& backends = {});
 
 }  // namespace tandem

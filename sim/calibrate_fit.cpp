@@ -33,8 +33,10 @@ FittedCoefficients fit_cost_model(const std::vector<CalibrationPoint>& all) {
   for (const auto& p : all)
     if (!p.after_idle) points.push_back(p);
   if (points.size() < size_t(kFeatures))
-    throw InputError(fmt::format("calibrate: {} back-to-back steps measured, at least {} are needed to fit: "
-                                 "give a workload with more requests", points.size(), kFeatures));
+    throw InputError(
+        fmt::format("calibrate: {} back-to-back steps measured, at least {} are needed to fit: "
+                    "give a workload with more requests",
+                    points.size(), kFeatures));
   std::array<bool, kFeatures> active;
   active.fill(true);
   Eigen::VectorXd coef = Eigen::VectorXd::Zero(kFeatures);

@@ -18,7 +18,7 @@ namespace tandem {
 
 namespace {
 struct Shape {
-  ProfileStep step;  // kind, seqs, tokens, context, sampled, idle
+  ProfileStep step;    // kind, seqs, tokens, context, sampled, idle
   int32_t prompt = 0;  // mixed: the prompt's tokens (step.tokens is the decodes' 1)
 };
 
@@ -28,11 +28,14 @@ StepPlan plan_of(const Shape& sh, int32_t bs, std::vector<std::vector<int32_t>>&
   const ProfileStep& s = sh.step;
   // (context, new tokens, prompt length): decodes (and a mixed step's running sequences) have
   // their prompt behind them; every other sequence is a prompt or a prompt's chunk.
-  struct Seq { int32_t context, tokens, prompt_len; };
+  struct Seq {
+    int32_t context, tokens, prompt_len;
+  };
   std::vector<Seq> seqs;
   if (s.kind == "mixed") seqs.push_back({0, sh.prompt, sh.prompt});
   const bool decodes = s.kind == "decode" || s.kind == "mixed";
-  for (int32_t i = 0; i < s.seqs; ++i) seqs.push_back({s.context, s.tokens, decodes ? s.context : s.context + s.tokens});
+  for (int32_t i = 0; i < s.seqs; ++i)
+    seqs.push_back({s.context, s.tokens, decodes ? s.context : s.context + s.tokens});
   tables.assign(seqs.size(), {});
   StepPlan p;
   int32_t next = 0;
@@ -64,7 +67,8 @@ std::vector<Shape> grid(const GridLimits& L, bool quick) {
   for (int32_t n : ns) {
     add({{"prefill", 1, n, 0, false, false, 0}});
     // A cached context long enough for its attention to show next to the linear work.
-    const int32_t c = std::min({quick ? 1024 : 2048, L.max_model_len - n, cap_tokens - n}) / L.block_size * L.block_size;
+    const int32_t c =
+        std::min({quick ? 1024 : 2048, L.max_model_len - n, cap_tokens - n}) / L.block_size * L.block_size;
     if (c >= std::max(64, n / 4)) add({{"prefill", 1, n, c, false, false, 0}});
   }
   std::vector<int32_t> ss;
@@ -93,7 +97,9 @@ OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& L, 
   int32_t max_blocks = 0;
   for (const Shape& s : shapes) max_blocks = std::max(max_blocks, blocks_needed(s, L.block_size));
   const auto t_start = std::chrono::steady_clock::now();
-  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  };
   WarmUpShape ws{L.num_blocks, L.block_size, L.max_tokens, L.max_seqs, L.max_model_len};
   const int warm = warm_up(exec, ws);
   // Real-looking K/V in every block the grid reads (a GPU runs faster on zeros). The CPU
@@ -136,12 +142,14 @@ OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& L, 
     for (size_t i = 0; i < shapes.size(); ++i) {
       time_step(i);
       const double s = time_step(i);
-      if (r > 0) times[i].push_back(s);
-      else warm_round[i] = s;
+      if (r > 0)
+        times[i].push_back(s);
+      else
+        warm_round[i] = s;
     }
     const double round_s = elapsed() - t0;
-    fmt::print(stderr, "calibrate: round {}/{} of {} shapes: {:.1f} s (total {:.1f} s)\n", r, reps, shapes.size(), round_s,
-               elapsed());
+    fmt::print(stderr, "calibrate: round {}/{} of {} shapes: {:.1f} s (total {:.1f} s)\n", r, reps, shapes.size(),
+               round_s, elapsed());
     // Bounded in time: fewer repetitions rather than a grid that overruns its budget. When not
     // even one more round fits (a slow or instrumented build), round 0's second runs are kept:
     // each already followed a run of its own shape, so its buffers were warm.

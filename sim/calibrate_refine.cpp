@@ -33,7 +33,8 @@ std::string refine_profile(OperatorProfile& p, const std::vector<ServedStep>& st
     const char* name = step_kind_name(StepKind(k));
     if (count[k] < kMinRefineSteps) {
       *target[k] = 1.0;
-      out += fmt::format("residual {}: 1 ({} back-to-back steps of this kind, {} needed)\n", name, count[k], kMinRefineSteps);
+      out += fmt::format("residual {}: 1 ({} back-to-back steps of this kind, {} needed)\n", name, count[k],
+                         kMinRefineSteps);
       continue;
     }
     *target[k] = std::clamp(meas[k] / pred[k], 0.25, 4.0);
@@ -46,14 +47,15 @@ std::string refine_profile(OperatorProfile& p, const std::vector<ServedStep>& st
   if (idle >= kMinIdleSamples) {
     double refined = 0;  // idle_pred, with each step's residual
     for (const ServedStep& s : steps)
-      if (s.after_idle && s.predicted_s > 0 && !s.first)
-        refined += (s.predicted_s + loop_gap_s) * *target[int(s.kind)];
+      if (s.after_idle && s.predicted_s > 0 && !s.first) refined += (s.predicted_s + loop_gap_s) * *target[int(s.kind)];
     p.idle_factor = std::clamp(idle_meas / refined, 0.5, 10.0);
     p.idle_samples = idle;
     out += fmt::format("idle factor: {:.4f} from {} after-idle served steps\n", p.idle_factor, idle);
   } else {
-    out += fmt::format("idle factor: {:.4f} kept from the grid ({} samples); served traffic had {} after-idle steps, "
-                       "{} needed\n", p.idle_factor, p.idle_samples, idle, kMinIdleSamples);
+    out += fmt::format(
+        "idle factor: {:.4f} kept from the grid ({} samples); served traffic had {} after-idle steps, "
+        "{} needed\n",
+        p.idle_factor, p.idle_samples, idle, kMinIdleSamples);
   }
   return out;
 }

@@ -14,7 +14,6 @@ std::unique_ptr<executor_i> executor_for(Workload& w, const ExecutorFactory* fac
   return make_executor(w, factory ? "cuda" : "cpu", factory);
 }
 
-
 ServedRun serve(Workload& w, executor_i& exec, const cost_model_i* predictor) {
   warm_up(exec, warm_up_shape(w));
   WallClock clock;
@@ -55,7 +54,8 @@ ServedRun serve(Workload& w, executor_i& exec, const cost_model_i* predictor) {
                                                               : p[i].seconds + run.loop_gap_s;
     run.steps[i].measured_s = p[i].seconds;
   }
-  fmt::print(stderr, "calibrate: engine loop time between back-to-back steps: median {:.1f} us\n", run.loop_gap_s * 1e6);
+  fmt::print(stderr, "calibrate: engine loop time between back-to-back steps: median {:.1f} us\n",
+             run.loop_gap_s * 1e6);
   return run;
 }
 

@@ -5,17 +5,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <tuple>
 #include <filesystem>
-#include <sstream>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <tuple>
 
+#include "core/json_strict.h"
 #include "sim/config.h"
 #include "sim/csv.h"
-#include "core/json_strict.h"
 
 namespace tandem {
 
@@ -43,20 +43,23 @@ nlohmann::json load_summary(const std::string& dir) {
   } catch (const std::ios_base::failure& e) {
     throw InputError(fmt::format("{}: cannot read: {}", path, e.what()));
   }
-  if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object (a summary.json written by tandem run --out)", path));
+  if (!j.is_object())
+    throw InputError(fmt::format("{}: expected a JSON object (a summary.json written by tandem run --out)", path));
   // The stable metrics (README, Outputs) must be there, as numbers; without them the
   // comparison would print nan.
   std::vector<std::string> stable;
   for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms"})
     for (const char* p : {"mean", "p50", "p90", "p99", "count"}) stable.push_back(fmt::format("{}.{}", m, p));
-  for (const char* k : {"throughput.requests_per_s", "throughput.output_tokens_per_s", "throughput.total_tokens_per_s",
-                        "requests.total", "requests.finished", "requests.failed", "requests.cancelled", "jitter_ms",
-                        "prefix_cache.hit_rate", "kv_cache.mean_util", "kv_cache.peak_util", "steps", "makespan_s",
-                        "sim_s", "wall_s"})
+  for (const char* k :
+       {"throughput.requests_per_s", "throughput.output_tokens_per_s", "throughput.total_tokens_per_s",
+        "requests.total", "requests.finished", "requests.failed", "requests.cancelled", "jitter_ms",
+        "prefix_cache.hit_rate", "kv_cache.mean_util", "kv_cache.peak_util", "steps", "makespan_s", "sim_s", "wall_s"})
     stable.push_back(k);
   for (const auto& k : stable) {
     const nlohmann::json* v = lookup(j, k);
-    if (!v) throw InputError(fmt::format("{}: field '{}': missing (not a summary.json written by tandem run --out)", path, k));
+    if (!v)
+      throw InputError(
+          fmt::format("{}: field '{}': missing (not a summary.json written by tandem run --out)", path, k));
     if (!v->is_number()) throw InputError(fmt::format("{}: field '{}': expected a number, got {}", path, k, v->dump()));
   }
   return j;
@@ -64,7 +67,9 @@ nlohmann::json load_summary(const std::string& dir) {
 
 // A run's finished requests from its requests.csv: id -> (ttft_ms, tpot_ms, e2e_ms); empty
 // cells (tpot of a one-token request) are NaN. Empty map if the file is absent.
-struct Latencies { double ttft, tpot, e2e; };
+struct Latencies {
+  double ttft, tpot, e2e;
+};
 std::map<int64_t, Latencies> finished_requests(const std::string& dir) {
   std::map<int64_t, Latencies> out;
   const std::string path = dir + "/requests.csv";
@@ -73,7 +78,8 @@ std::map<int64_t, Latencies> finished_requests(const std::string& dir) {
   CsvFile csv(path);
   const size_t id = csv.column_index("id"), status = csv.column_index("status"), ttft = csv.column_index("ttft_ms"),
                tpot = csv.column_index("tpot_ms"), e2e = csv.column_index("e2e_ms");
-  if (id == CsvFile::npos || status == CsvFile::npos || ttft == CsvFile::npos || tpot == CsvFile::npos || e2e == CsvFile::npos)
+  if (id == CsvFile::npos || status == CsvFile::npos || ttft == CsvFile::npos || tpot == CsvFile::npos ||
+      e2e == CsvFile::npos)
     return out;
   std::vector<std::string> row;
   const auto cell = [&](size_t c) { return row[c].empty() ? NAN : csv.number(row, c, 0, 1e300); };
@@ -84,7 +90,9 @@ std::map<int64_t, Latencies> finished_requests(const std::string& dir) {
   return out;
 }
 
-struct Stats { double mean, p50, p90, p99; };
+struct Stats {
+  double mean, p50, p90, p99;
+};
 Stats stats_of(std::vector<double> v) {
   std::erase_if(v, [](double x) { return std::isnan(x); });
   if (v.empty()) return {NAN, NAN, NAN, NAN};
@@ -112,11 +120,14 @@ void print_comparability_notes(const nlohmann::json& a, const nlohmann::json& b,
   else if (num(a, "requests.total") != num(b, "requests.total"))
     fmt::print(os, "note: different request tables: A has {} requests, B has {}\n", num(a, "requests.total"),
                num(b, "requests.total"));
-  if (num(a, "requests.finished") == num(b, "requests.finished") && num(a, "requests.failed") == num(b, "requests.failed"))
+  if (num(a, "requests.finished") == num(b, "requests.finished") &&
+      num(a, "requests.failed") == num(b, "requests.failed"))
     return;
-  fmt::print(os, "note: A finished {} requests ({} failed), B finished {} ({} failed): the latency figures below are "
-                 "over different request sets\n", num(a, "requests.finished"), num(a, "requests.failed"),
-             num(b, "requests.finished"), num(b, "requests.failed"));
+  fmt::print(os,
+             "note: A finished {} requests ({} failed), B finished {} ({} failed): the latency figures below are "
+             "over different request sets\n",
+             num(a, "requests.finished"), num(a, "requests.failed"), num(b, "requests.finished"),
+             num(b, "requests.failed"));
   const auto ra = finished_requests(dir_a), rb = finished_requests(dir_b);
   std::vector<double> ta, tb, pa, pb, ea, eb;
   for (const auto& [id, x] : ra)
@@ -131,12 +142,14 @@ void print_comparability_notes(const nlohmann::json& a, const nlohmann::json& b,
   }
   fmt::print(os, "over the {} requests both finished:\n", ta.size());
   fmt::print(os, "{:<34}{:>14}{:>14}{:>12}\n", "metric", "A", "B", "(B-A)/A");
-  for (const auto& [name, va, vb] : {std::tuple{"ttft_ms", &ta, &tb}, std::tuple{"tpot_ms", &pa, &pb},
-                                     std::tuple{"e2e_ms", &ea, &eb}}) {
+  for (const auto& [name, va, vb] :
+       {std::tuple{"ttft_ms", &ta, &tb}, std::tuple{"tpot_ms", &pa, &pb}, std::tuple{"e2e_ms", &ea, &eb}}) {
     const Stats x = stats_of(*va), y = stats_of(*vb);
     for (const auto& [p, xv, yv] : {std::tuple{"mean", x.mean, y.mean}, std::tuple{"p50", x.p50, y.p50},
                                     std::tuple{"p90", x.p90, y.p90}, std::tuple{"p99", x.p99, y.p99}}) {
-      const std::string rel = xv != 0 && !std::isnan(xv) && !std::isnan(yv) ? fmt::format("{:+.1f}%", 100.0 * (yv - xv) / std::fabs(xv)) : "-";
+      const std::string rel = xv != 0 && !std::isnan(xv) && !std::isnan(yv)
+                                  ? fmt::format("{:+.1f}%", 100.0 * (yv - xv) / std::fabs(xv))
+                                  : "-";
       fmt::print(os, "{:<34}{:>14.4g}{:>14.4g}{:>12}\n", fmt::format("common.{}.{}", name, p), xv, yv, rel);
     }
   }
@@ -176,17 +189,33 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
   std::vector<std::string> keys;
   for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms"})
     for (const char* p : {"mean", "p50", "p90", "p99", "max", "std"}) keys.push_back(fmt::format("{}.{}", m, p));
-  for (const char* k : {"throughput.requests_per_s", "throughput.output_tokens_per_s", "throughput.total_tokens_per_s",
-                        "goodput.requests_per_s", "requests.finished", "requests.failed", "requests.cancelled",
-                        "jitter_ms", "steps_mix.decode_steps_with_prefill_share", "prefix_cache.hit_rate",
-                        "prefix_cache.block_hit_rate", "prefix_cache.hit_tokens", "prefix_cache.hits", "prefix_cache.evictions", "kv_cache.mean_util", "kv_cache.peak_util", "steps",
-                        "makespan_s", "sim_s", "wall_s"})
+  for (const char* k : {"throughput.requests_per_s",
+                        "throughput.output_tokens_per_s",
+                        "throughput.total_tokens_per_s",
+                        "goodput.requests_per_s",
+                        "requests.finished",
+                        "requests.failed",
+                        "requests.cancelled",
+                        "jitter_ms",
+                        "steps_mix.decode_steps_with_prefill_share",
+                        "prefix_cache.hit_rate",
+                        "prefix_cache.block_hit_rate",
+                        "prefix_cache.hit_tokens",
+                        "prefix_cache.hits",
+                        "prefix_cache.evictions",
+                        "kv_cache.mean_util",
+                        "kv_cache.peak_util",
+                        "steps",
+                        "makespan_s",
+                        "sim_s",
+                        "wall_s"})
     keys.push_back(k);
   // The optional metrics (goodput, steps_mix, ...) too: a number or absent, checked before printing.
   for (const auto& k : keys)
     for (const auto& [j, dir] : {std::pair{&a, &dir_a}, std::pair{&b, &dir_b}})
       if (const nlohmann::json* v = lookup(*j, k); v && !v->is_number()) {
-        std::cerr << fmt::format("tandem compare: {}/summary.json: field '{}': expected a number, got {}\n", *dir, k, v->dump());
+        std::cerr << fmt::format("tandem compare: {}/summary.json: field '{}': expected a number, got {}\n", *dir, k,
+                                 v->dump());
         return 2;
       }
   fmt::print(os, "A = {}\nB = {}\n", label(a, dir_a), label(b, dir_b));
@@ -203,8 +232,10 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
     if (!va && !vb) continue;
     const double x = va ? va->get<double>() : NAN, y = vb ? vb->get<double>() : NAN;
     std::string rel = "-";
-    if (va && vb && x != 0) rel = fmt::format("{:+.1f}%", 100.0 * (y - x) / std::fabs(x));
-    else if (va && vb && x == 0 && y == 0) rel = "0.0%";
+    if (va && vb && x != 0)
+      rel = fmt::format("{:+.1f}%", 100.0 * (y - x) / std::fabs(x));
+    else if (va && vb && x == 0 && y == 0)
+      rel = "0.0%";
     fmt::print(os, "{:<34}{:>14.4g}{:>14.4g}{:>12}\n", k, x, y, rel);
   }
   return 0;

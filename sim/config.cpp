@@ -32,9 +32,11 @@ namespace {
 // The least value a length distribution can draw (as generate_requests rounds it).
 double dist_min(const DistSpec& d) {
   switch (d.kind) {
-    case DistSpec::Kind::Fixed: return d.value;
+    case DistSpec::Kind::Fixed:
+      return d.value;
     case DistSpec::Kind::Uniform:
-    case DistSpec::Kind::Lognormal: return d.min;
+    case DistSpec::Kind::Lognormal:
+      return d.min;
     case DistSpec::Kind::Mixture: {
       double m = 1e300;
       for (const auto& c : d.components)
@@ -62,11 +64,13 @@ void refuse_lengths_that_never_fit(const Workload& w, const Field& requests) {
   if (prompt + output > w.model.max_model_len)
     requests["prompt_len"].fail(fmt::format(
         "every request would fail at arrival: prompts of at least {} tokens and outputs of at least {} exceed "
-        "model.max_model_len ({})", prompt, output, w.model.max_model_len));
+        "model.max_model_len ({})",
+        prompt, output, w.model.max_model_len));
   if (prompt + output > kv_tokens)
     requests["prompt_len"].fail(fmt::format(
         "every request would fail at arrival: prompts of at least {} tokens and outputs of at least {} exceed the KV "
-        "cache ({} blocks of {} tokens)", prompt, output, w.engine.resolved_kv_blocks, w.engine.block_size));
+        "cache ({} blocks of {} tokens)",
+        prompt, output, w.engine.resolved_kv_blocks, w.engine.block_size));
 }
 
 SchedulerConfig scheduler_config(const Workload& w) {
@@ -132,20 +136,24 @@ int32_t resolve_kv_blocks(const Workload& w, const Field& engine) {
   if (e.num_kv_blocks > 0) {
     blocks = double(e.num_kv_blocks);
   } else {
-    const double budget = e.kv_memory_gb > 0 ? e.kv_memory_gb * 1e9
-                                             : w.hardware.memory_bytes * e.gpu_memory_utilization - w.model.weight_bytes();
+    const double budget = e.kv_memory_gb > 0
+                              ? e.kv_memory_gb * 1e9
+                              : w.hardware.memory_bytes * e.gpu_memory_utilization - w.model.weight_bytes();
     if (budget <= 0)
-      engine.fail(fmt::format("the model's weights ({:.1f} GB) leave no memory for the KV cache "
-                              "({:.1f} GB x gpu_memory_utilization {}); set engine.kv_memory_gb or engine.num_kv_blocks",
-                              w.model.weight_bytes() / 1e9, w.hardware.memory_bytes / 1e9, e.gpu_memory_utilization));
+      engine.fail(
+          fmt::format("the model's weights ({:.1f} GB) leave no memory for the KV cache "
+                      "({:.1f} GB x gpu_memory_utilization {}); set engine.kv_memory_gb or engine.num_kv_blocks",
+                      w.model.weight_bytes() / 1e9, w.hardware.memory_bytes / 1e9, e.gpu_memory_utilization));
     blocks = std::floor(budget / block_bytes);
   }
   if (blocks < 1) engine.fail("the KV cache holds no block (raise kv_memory_gb or num_kv_blocks)");
   // The block pool's bookkeeping is 8 bytes a block: cap it at 2^27 blocks (1 GB).
   constexpr double kMaxBlocks = double(1 << 27);
   if (blocks > kMaxBlocks)
-    engine.fail(fmt::format("the KV cache would have {:.0f} blocks; at most {:.0f} are supported "
-                            "(raise block_size, or lower num_kv_blocks / kv_memory_gb)", blocks, kMaxBlocks));
+    engine.fail(
+        fmt::format("the KV cache would have {:.0f} blocks; at most {:.0f} are supported "
+                    "(raise block_size, or lower num_kv_blocks / kv_memory_gb)",
+                    blocks, kMaxBlocks));
   return static_cast<int32_t>(std::min(blocks, double(kI32Max)));
 }
 
@@ -165,7 +173,9 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
     throw InputError(fmt::format("{}:{}:{}: invalid YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  if (!root.IsMap()) throw InputError(fmt::format("{}:1:1: a workload is a mapping of name, seed, model, hardware, engine, requests, slo", path));
+  if (!root.IsMap())
+    throw InputError(
+        fmt::format("{}:1:1: a workload is a mapping of name, seed, model, hardware, engine, requests, slo", path));
   for (const auto& o : overrides) apply_override(root, o, src);
 
   const Field top(root, "", &src);
@@ -188,8 +198,10 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
                                      w.hardware.profiled->model, w.model.name));
   w.engine = parse_engine(top["engine"]);
   if (w.hardware.profiled && w.hardware.profiled->tp != w.engine.tp)
-    top["engine"]["tp"].fail(fmt::format("the hardware profile was measured at tp {}, this workload runs at tp {}: "
-                                         "calibrate at this tp", w.hardware.profiled->tp, w.engine.tp));
+    top["engine"]["tp"].fail(
+        fmt::format("the hardware profile was measured at tp {}, this workload runs at tp {}: "
+                    "calibrate at this tp",
+                    w.hardware.profiled->tp, w.engine.tp));
   if (const int32_t tp = w.engine.tp; tp > 1) {
     const Field f = top["engine"]["tp"];
     if (!w.hardware.fitted && !w.hardware.profiled && w.hardware.link_bandwidth <= 0)
@@ -237,11 +249,11 @@ std::string reference_steps(const Workload& w) {
   const int32_t chunk = std::min({512, max_tokens, len / 2}), mix_decodes = std::min(16, max_seqs - 1);
   std::vector<std::pair<int32_t, int32_t>> dec(size_t(big), {ctx, 1}), mixed(size_t(mix_decodes), {ctx, 1});
   mixed.push_back({0, std::min(256, pre)});
-  return fmt::format("# predicted step times (ms), {}: decode 1 x {} ctx {:.4g}; decode {} x {} ctx {:.4g}; "
-                     "prefill {} tokens {:.4g}; chunk {} over {} cached {:.4g}; mixed {} prompt + {} decodes {:.4g}\n",
-                     model->inputs().substr(0, model->inputs().find(':')), ctx, ms({{ctx, 1}}), big, ctx, ms(dec), pre,
-                     ms({{0, pre}}), chunk, len - chunk, ms({{len - chunk, chunk}}), std::min(256, pre), mix_decodes,
-                     ms(mixed));
+  return fmt::format(
+      "# predicted step times (ms), {}: decode 1 x {} ctx {:.4g}; decode {} x {} ctx {:.4g}; "
+      "prefill {} tokens {:.4g}; chunk {} over {} cached {:.4g}; mixed {} prompt + {} decodes {:.4g}\n",
+      model->inputs().substr(0, model->inputs().find(':')), ctx, ms({{ctx, 1}}), big, ctx, ms(dec), pre, ms({{0, pre}}),
+      chunk, len - chunk, ms({{len - chunk, chunk}}), std::min(256, pre), mix_decodes, ms(mixed));
 }
 }  // namespace
 
@@ -262,12 +274,15 @@ std::string to_yaml(const Workload& w) {
   // Derived values as comments, so the output stays a valid workload (paths are resolved).
   const ModelSpec& m = w.model;
   const EngineSpec& e = w.engine;
-  return fmt::format("{}\n{}# derived: model {:.3f} B parameters, {:.0f} bytes of KV per token; KV cache {} tokens "
-                     "({:.1f} GB)\n# hardware numbers: {}\n",
-                     out.c_str(), reference_steps(w), m.params() / 1e9, m.kv_bytes_per_token(), int64_t{e.resolved_kv_blocks} * e.block_size,
-                     double(e.resolved_kv_blocks) * e.block_size * m.kv_bytes_per_token() / 1e9,
-                     w.hardware.source.empty() ? "given in the workload" : w.hardware.source) +
-         (e.prefix_caching_off_reason.empty() ? "" : fmt::format("# prefix caching off: {}\n", e.prefix_caching_off_reason));
+  return fmt::format(
+             "{}\n{}# derived: model {:.3f} B parameters, {:.0f} bytes of KV per token; KV cache {} tokens "
+             "({:.1f} GB)\n# hardware numbers: {}\n",
+             out.c_str(), reference_steps(w), m.params() / 1e9, m.kv_bytes_per_token(),
+             int64_t{e.resolved_kv_blocks} * e.block_size,
+             double(e.resolved_kv_blocks) * e.block_size * m.kv_bytes_per_token() / 1e9,
+             w.hardware.source.empty() ? "given in the workload" : w.hardware.source) +
+         (e.prefix_caching_off_reason.empty() ? ""
+                                              : fmt::format("# prefix caching off: {}\n", e.prefix_caching_off_reason));
 }
 
 }  // namespace tandem

@@ -16,13 +16,13 @@ namespace tandem {
 // A length (or delay) distribution. Values are rounded to integers where lengths are drawn.
 struct DistSpec {
   enum class Kind { Fixed, Uniform, Lognormal, Mixture, Empirical } kind = Kind::Fixed;
-  double value = 0;               // fixed
-  double min = 1, max = 1e18;     // uniform bounds; clamps for lognormal
-  double median = 0, sigma = 0;   // lognormal (median = e^mu)
+  double value = 0;              // fixed
+  double min = 1, max = 1e18;    // uniform bounds; clamps for lognormal
+  double median = 0, sigma = 0;  // lognormal (median = e^mu)
   struct Component;
   std::vector<Component> components;  // mixture (weights need not sum to 1)
-  std::string path, column;            // empirical: a CSV file and the column to draw from
-  std::vector<double> samples;         // empirical: loaded values
+  std::string path, column;           // empirical: a CSV file and the column to draw from
+  std::vector<double> samples;        // empirical: loaded values
 };
 
 struct DistSpec::Component {
@@ -32,10 +32,10 @@ struct DistSpec::Component {
 
 struct ArrivalSpec {
   enum class Kind { Poisson, Gamma, Constant, Burst } kind = Kind::Poisson;
-  double rate = 1.0;      // requests per second (poisson, gamma, constant)
-  double cv = 1.0;        // gamma: coefficient of variation of inter-arrival times
-  int64_t burst_size = 0; // burst: requests per burst (0: all at once)
-  double interval_s = 0;  // burst: time between bursts
+  double rate = 1.0;       // requests per second (poisson, gamma, constant)
+  double cv = 1.0;         // gamma: coefficient of variation of inter-arrival times
+  int64_t burst_size = 0;  // burst: requests per burst (0: all at once)
+  double interval_s = 0;   // burst: time between bursts
 };
 
 struct SharedPrefixSpec {
@@ -49,7 +49,10 @@ struct SharedPrefixSpec {
 };
 
 struct CancelSpec {
-  struct At { int64_t request; double at_s; };
+  struct At {
+    int64_t request;
+    double at_s;
+  };
   std::vector<At> explicit_cancels;  // request index (arrival order) and absolute time
   double fraction = 0;               // or: this share of requests, cancelled after a delay
   DistSpec after_s;                  // delay after arrival, seconds
@@ -58,11 +61,11 @@ struct CancelSpec {
 struct TraceSpec {
   enum class Format { Azure, Mooncake, Vidur } format = Format::Azure;
   std::string path;
-  double time_scale = 1.0;   // multiplies every arrival offset
-  double rate_scale = 1.0;   // divides every arrival offset (2 = twice the request rate)
-  double start_s = 0;        // skip requests before this offset
-  double duration_s = 0;     // 0: to the end
-  int64_t limit = 0;         // 0: all rows
+  double time_scale = 1.0;        // multiplies every arrival offset
+  double rate_scale = 1.0;        // divides every arrival offset (2 = twice the request rate)
+  double start_s = 0;             // skip requests before this offset
+  double duration_s = 0;          // 0: to the end
+  int64_t limit = 0;              // 0: all rows
   int32_t hash_block_size = 512;  // Mooncake: tokens per hash id
 };
 
@@ -80,21 +83,21 @@ struct RequestsSpec {
 struct EngineSpec {
   BatchingPolicy policy = SchedulerConfig{}.policy;
   int32_t max_num_seqs = SchedulerConfig{}.max_num_seqs;
-  int32_t max_num_batched_tokens = SchedulerConfig{}.max_num_batched_tokens;  // per-step token budget
-  bool enable_chunked_prefill = SchedulerConfig{}.enable_chunked_prefill;      // stage 2 (false: stage 1)
+  int32_t max_num_batched_tokens = SchedulerConfig{}.max_num_batched_tokens;      // per-step token budget
+  bool enable_chunked_prefill = SchedulerConfig{}.enable_chunked_prefill;         // stage 2 (false: stage 1)
   int32_t max_num_partial_prefills = SchedulerConfig{}.max_num_partial_prefills;  // prompts part-way at once
-  bool enable_prefix_caching = SchedulerConfig{}.enable_prefix_caching;        // stage 3 (false: stage 2)
+  bool enable_prefix_caching = SchedulerConfig{}.enable_prefix_caching;           // stage 3 (false: stage 2)
   int32_t block_size = kDefaultBlockSize;
-  int64_t num_kv_blocks = 0;             // 0: derived from kv_memory_gb or device memory
-  double kv_memory_gb = 0;               // 0: derived from device memory
-  double gpu_memory_utilization = 0.9;   // share of device memory for weights + KV
-  int32_t state_slots = -1;              // hybrid models: per-sequence state slots; -1: none
+  int64_t num_kv_blocks = 0;              // 0: derived from kv_memory_gb or device memory
+  double kv_memory_gb = 0;                // 0: derived from device memory
+  double gpu_memory_utilization = 0.9;    // share of device memory for weights + KV
+  int32_t state_slots = -1;               // hybrid models: per-sequence state slots; -1: none
   std::string prefix_caching_off_reason;  // set when caching was turned off by a rule (state_slots)
-  bool deterministic = true;             // real backends: batch/chunk-invariant kernels (golden-exact)
-  int32_t tp = 1;                        // tensor parallelism: ranks the model is split over
-  bool cuda_graph = true;                // CUDA backend: decode steps replay captured graphs
-  std::string cuda_attention = "simt";   // CUDA backend: attention on CUDA cores (simt) or tensor cores (mma)
-  int32_t resolved_kv_blocks = 0;        // what the run uses (set by resolve)
+  bool deterministic = true;              // real backends: batch/chunk-invariant kernels (golden-exact)
+  int32_t tp = 1;                         // tensor parallelism: ranks the model is split over
+  bool cuda_graph = true;                 // CUDA backend: decode steps replay captured graphs
+  std::string cuda_attention = "simt";    // CUDA backend: attention on CUDA cores (simt) or tensor cores (mma)
+  int32_t resolved_kv_blocks = 0;         // what the run uses (set by resolve)
 };
 
 struct SloSpec {
@@ -114,7 +117,9 @@ struct Workload {
   SloSpec slo;
 };
 
-struct Override { std::string key, value; };
+struct Override {
+  std::string key, value;
+};
 
 // Parse and check a workload file, applying `--set key=value` overrides first.
 // Throws InputError with file:line:column and the field.

@@ -12,13 +12,16 @@ namespace tandem::config_detail {
 EngineSpec parse_engine(const Field& f) {
   EngineSpec e;
   if (!f.present()) return e;
-  f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "max_num_partial_prefills",
-                "enable_prefix_caching", "block_size", "num_kv_blocks", "kv_memory_gb", "gpu_memory_utilization", "state_slots", "deterministic", "tp",
-                "cuda_graph", "cuda_attention"});
+  f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+                "max_num_partial_prefills", "enable_prefix_caching", "block_size", "num_kv_blocks", "kv_memory_gb",
+                "gpu_memory_utilization", "state_slots", "deterministic", "tp", "cuda_graph", "cuda_attention"});
   const std::string pol = f.get_string("policy", "continuous");
-  if (pol == "continuous") e.policy = BatchingPolicy::Continuous;
-  else if (pol == "static") e.policy = BatchingPolicy::Static;
-  else f["policy"].fail(fmt::format("unknown policy '{}' (known: static, continuous)", pol));
+  if (pol == "continuous")
+    e.policy = BatchingPolicy::Continuous;
+  else if (pol == "static")
+    e.policy = BatchingPolicy::Static;
+  else
+    f["policy"].fail(fmt::format("unknown policy '{}' (known: static, continuous)", pol));
   e.max_num_seqs = int32_t(f.get_int("max_num_seqs", e.max_num_seqs, 1, 1 << 20));
   e.max_num_batched_tokens = int32_t(f.get_int("max_num_batched_tokens", e.max_num_batched_tokens, 1, kI32Max));
   e.block_size = int32_t(f.get_int("block_size", e.block_size, 1, 1 << 16));
@@ -39,10 +42,12 @@ EngineSpec parse_engine(const Field& f) {
   // Asked for: refused; left at its default: off, and the run says why.
   if (e.state_slots >= 0 && e.enable_prefix_caching) {
     if (f.has("enable_prefix_caching"))
-      f["enable_prefix_caching"].fail("a model with per-sequence state (engine.state_slots) cannot take prefix hits: no "
-                                      "recurrent state exists for the prefix a hit skips; set it to false");
+      f["enable_prefix_caching"].fail(
+          "a model with per-sequence state (engine.state_slots) cannot take prefix hits: no "
+          "recurrent state exists for the prefix a hit skips; set it to false");
     e.enable_prefix_caching = false;
-    e.prefix_caching_off_reason = "the model has per-sequence state (engine.state_slots), which a prefix hit cannot restore";
+    e.prefix_caching_off_reason =
+        "the model has per-sequence state (engine.state_slots), which a prefix hit cannot restore";
   }
   if (f.has("deterministic")) e.deterministic = f["deterministic"].as_bool();
   if (f.has("cuda_graph")) e.cuda_graph = f["cuda_graph"].as_bool();
@@ -50,7 +55,8 @@ EngineSpec parse_engine(const Field& f) {
   if (e.cuda_attention != "simt" && e.cuda_attention != "mma")
     f["cuda_attention"].fail(fmt::format("unknown attention kernel '{}' (known: simt, mma)", e.cuda_attention));
   e.tp = int32_t(f.get_int("tp", 1, 1, 1024));
-  if (f.has("num_kv_blocks") && f.has("kv_memory_gb")) f["kv_memory_gb"].fail("give num_kv_blocks or kv_memory_gb, not both");
+  if (f.has("num_kv_blocks") && f.has("kv_memory_gb"))
+    f["kv_memory_gb"].fail("give num_kv_blocks or kv_memory_gb, not both");
   return e;
 }
 

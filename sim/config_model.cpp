@@ -1,9 +1,9 @@
 // The workload's model and hardware sections: parsing (presets, inline specs, checkpoint
 // config.json, hardware profile files) and the resolved YAML that `tandem validate` prints.
 #include <fmt/format.h>
-#include <sstream>
-#include <fstream>
 #include <yaml-cpp/yaml.h>
+#include <fstream>
+#include <sstream>
 
 #include <filesystem>
 
@@ -24,7 +24,8 @@ ModelSpec parse_model(const Field& f) {
   f.expect_map({"preset", "name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "dtype", "max_model_len",
                 "rope_theta", "rms_norm_eps", "checkpoint"});
   if (f.has("checkpoint")) {  // shape from the checkpoint's config.json; weights loaded by the backend
-    for (const char* k : {"preset", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "rope_theta", "rms_norm_eps"})
+    for (const char* k :
+         {"preset", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "rope_theta", "rms_norm_eps"})
       if (f.has(k)) f[k].fail("comes from the checkpoint's config.json; remove it");
     m.checkpoint = f["checkpoint"].as_path();
     m.name = f.get_string("name", std::filesystem::path(m.checkpoint).filename().string());
@@ -42,12 +43,15 @@ ModelSpec parse_model(const Field& f) {
   }
   if (f.has("preset")) {
     auto p = model_preset(f["preset"].as_string());
-    if (!p) f["preset"].fail(fmt::format("unknown model preset '{}' (known: {})", f["preset"].as_string(), model_preset_names()));
+    if (!p)
+      f["preset"].fail(
+          fmt::format("unknown model preset '{}' (known: {})", f["preset"].as_string(), model_preset_names()));
     m = *p;
   } else {
     m.name = "custom";
     for (const char* k : {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_model_len"})
-      if (!f.has(k)) f[k].fail("missing (an inline model needs layers, hidden, heads, kv_heads, ffn, vocab, max_model_len)");
+      if (!f.has(k))
+        f[k].fail("missing (an inline model needs layers, hidden, heads, kv_heads, ffn, vocab, max_model_len)");
   }
   m.name = f.get_string("name", m.name);
   m.layers = int32_t(f.get_int("layers", m.layers, 1, 4096));
@@ -62,11 +66,14 @@ ModelSpec parse_model(const Field& f) {
   m.rms_norm_eps = f.get_double("rms_norm_eps", m.rms_norm_eps, 1e-12, 1);
   if (m.dtype != "bf16" && m.dtype != "fp16" && m.dtype != "fp32" && m.dtype != "fp8")
     f["dtype"].fail(fmt::format("unknown dtype '{}' (known: bf16, fp16, fp32, fp8)", m.dtype));
-  if (m.hidden % m.heads != 0) f["heads"].fail(fmt::format("hidden ({}) must be divisible by heads ({})", m.hidden, m.heads));
-  if (m.heads % m.kv_heads != 0) f["kv_heads"].fail(fmt::format("heads ({}) must be divisible by kv_heads ({})", m.heads, m.kv_heads));
+  if (m.hidden % m.heads != 0)
+    f["heads"].fail(fmt::format("hidden ({}) must be divisible by heads ({})", m.hidden, m.heads));
+  if (m.heads % m.kv_heads != 0)
+    f["kv_heads"].fail(fmt::format("heads ({}) must be divisible by kv_heads ({})", m.heads, m.kv_heads));
   if (m.head_dim() % 2 != 0)
-    f["heads"].fail(fmt::format("the head dim hidden / heads = {} / {} = {} must be even (RoPE rotates pairs of dimensions)",
-                                m.hidden, m.heads, m.head_dim()));
+    f["heads"].fail(
+        fmt::format("the head dim hidden / heads = {} / {} = {} must be even (RoPE rotates pairs of dimensions)",
+                    m.hidden, m.heads, m.head_dim()));
   return m;
 }
 
@@ -116,8 +123,8 @@ HardwareSpec parse_hardware_map(const Field& f, HardwareSpec h) {
                 "profiled", "link_bandwidth_gbs", "link_latency_us"});
   if (f.has("fitted") && f.has("profiled")) f["profiled"].fail("a profile is either fitted or profiled, not both");
   if (f.has("profiled")) {  // per-operator tables measured on a backend: no roofline numbers either
-    for (const char* k : {"preset", "peak_tflops", "mem_bandwidth_tbs", "step_overhead_us", "link_bandwidth_gbs",
-                          "link_latency_us"})
+    for (const char* k :
+         {"preset", "peak_tflops", "mem_bandwidth_tbs", "step_overhead_us", "link_bandwidth_gbs", "link_latency_us"})
       if (f.has(k)) f[k].fail("a profiled hardware profile takes its step times from its measured table; remove it");
     h.name = f.get_string("name", "profiled");
     h.profiled = parse_profiled(f["profiled"]);
@@ -137,12 +144,15 @@ HardwareSpec parse_hardware_map(const Field& f, HardwareSpec h) {
   }
   if (f.has("preset")) {
     auto p = hardware_preset(f["preset"].as_string());
-    if (!p) f["preset"].fail(fmt::format("unknown hardware preset '{}' (known: {})", f["preset"].as_string(), hardware_preset_names()));
+    if (!p)
+      f["preset"].fail(
+          fmt::format("unknown hardware preset '{}' (known: {})", f["preset"].as_string(), hardware_preset_names()));
     h = *p;
   } else if (h.name.empty()) {
     h.name = "custom";
     for (const char* k : {"peak_tflops", "mem_bandwidth_tbs", "step_overhead_us", "memory_gb"})
-      if (!f.has(k)) f[k].fail("missing (inline hardware needs peak_tflops, mem_bandwidth_tbs, step_overhead_us, memory_gb)");
+      if (!f.has(k))
+        f[k].fail("missing (inline hardware needs peak_tflops, mem_bandwidth_tbs, step_overhead_us, memory_gb)");
     h.source = "workload file";
   }
   h.name = f.get_string("name", h.name);
@@ -158,7 +168,8 @@ HardwareSpec parse_hardware_map(const Field& f, HardwareSpec h) {
 }  // namespace
 
 HardwareSpec parse_hardware(const Field& f) {
-  if (!f.present()) f.fail(fmt::format("missing (a preset name: {}; an inline spec; or a profile .yaml)", hardware_preset_names()));
+  if (!f.present())
+    f.fail(fmt::format("missing (a preset name: {}; an inline spec; or a profile .yaml)", hardware_preset_names()));
   if (f.is_scalar()) {
     const std::string s = f.as_string();
     if (s.ends_with(".yaml") || s.ends_with(".yml")) {  // a hardware profile file
@@ -178,8 +189,8 @@ HardwareSpec parse_hardware(const Field& f) {
         }
       }
       if (second)
-        throw InputError(fmt::format("{}:{}:{}: a second YAML document ('---'); a hardware profile is one document", path,
-                                     second->line + 1, second->column + 1));
+        throw InputError(fmt::format("{}:{}:{}: a second YAML document ('---'); a hardware profile is one document",
+                                     path, second->line + 1, second->column + 1));
       const YamlSource src{path, {}, {}};  // the profile's errors name the profile file
       const Field root(doc, "hardware", &src);
       std::error_code ec;
@@ -189,7 +200,9 @@ HardwareSpec parse_hardware(const Field& f) {
       return h;
     }
     auto p = hardware_preset(s);
-    if (!p) f.fail(fmt::format("unknown hardware preset '{}' (known: {}; or a profile file ending in .yaml)", s, hardware_preset_names()));
+    if (!p)
+      f.fail(fmt::format("unknown hardware preset '{}' (known: {}; or a profile file ending in .yaml)", s,
+                         hardware_preset_names()));
     return *p;
   }
   return parse_hardware_map(f, {});

@@ -71,7 +71,8 @@ YAML::Node profiled_yaml(const OperatorProfile& p) {
   n["threads"] = p.threads;
   n["tp"] = p.tp;
   for (const auto& [key, value] : {std::pair<const char*, const std::string&>{"hardware", p.hardware},
-                                   {"code_version", p.code_version}, {"measured_at", p.measured_at},
+                                   {"code_version", p.code_version},
+                                   {"measured_at", p.measured_at},
                                    {"engine", p.engine}})
     if (!value.empty()) n[key] = value;  // an empty string would not read back
   n["graph_buckets"] = p.graph_buckets;

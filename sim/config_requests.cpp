@@ -17,7 +17,8 @@ void load_empirical(DistSpec& d, const Field& f) {
   f["path"].require_file(d.path);
   CsvFile csv(d.path);
   const size_t col = csv.column_index(d.column);
-  if (col == CsvFile::npos) f["column"].fail(fmt::format("column '{}' not in {} (header: {})", d.column, d.path, csv.header_text()));
+  if (col == CsvFile::npos)
+    f["column"].fail(fmt::format("column '{}' not in {} (header: {})", d.column, d.path, csv.header_text()));
   std::vector<std::string> row;
   while (csv.next(row)) d.samples.push_back(csv.number(row, col, 0, kHuge));
   if (d.samples.empty()) f["path"].fail(fmt::format("{} has no rows", d.path));
@@ -78,7 +79,8 @@ DistSpec parse_dist(const Field& f, const std::string& default_column, double lo
     d.column = f.get_string("column", default_column);
     load_empirical(d, f);
   } else {
-    f["dist"].fail(fmt::format("unknown distribution '{}' (known: fixed, uniform, lognormal, mixture, empirical)", kind));
+    f["dist"].fail(
+        fmt::format("unknown distribution '{}' (known: fixed, uniform, lognormal, mixture, empirical)", kind));
   }
   return d;
 }
@@ -88,10 +90,20 @@ DistSpec parse_dist(const Field& f, const std::string& default_column, double lo
 YAML::Node dist_yaml(const DistSpec& d) {
   YAML::Node n;
   switch (d.kind) {
-    case DistSpec::Kind::Fixed: n["dist"] = "fixed"; n["value"] = yaml_number(d.value); break;
-    case DistSpec::Kind::Uniform: n["dist"] = "uniform"; n["min"] = yaml_number(d.min); n["max"] = yaml_number(d.max); break;
+    case DistSpec::Kind::Fixed:
+      n["dist"] = "fixed";
+      n["value"] = yaml_number(d.value);
+      break;
+    case DistSpec::Kind::Uniform:
+      n["dist"] = "uniform";
+      n["min"] = yaml_number(d.min);
+      n["max"] = yaml_number(d.max);
+      break;
     case DistSpec::Kind::Lognormal:
-      n["dist"] = "lognormal"; n["median"] = yaml_number(d.median); n["sigma"] = yaml_number(d.sigma); n["min"] = yaml_number(d.min);
+      n["dist"] = "lognormal";
+      n["median"] = yaml_number(d.median);
+      n["sigma"] = yaml_number(d.sigma);
+      n["min"] = yaml_number(d.min);
       if (d.max < 1e18) n["max"] = yaml_number(d.max);
       break;
     case DistSpec::Kind::Mixture:
@@ -103,7 +115,10 @@ YAML::Node dist_yaml(const DistSpec& d) {
       }
       break;
     case DistSpec::Kind::Empirical:
-      n["dist"] = "empirical"; n["path"] = yaml_path(d.path); n["column"] = d.column; break;
+      n["dist"] = "empirical";
+      n["path"] = yaml_path(d.path);
+      n["column"] = d.column;
+      break;
   }
   return n;
 }
@@ -129,7 +144,8 @@ ArrivalSpec parse_arrival(const Field& f) {
     a.kind = ArrivalSpec::Kind::Burst;
     a.burst_size = f.get_int("size", 0, 1, INT64_MAX);
     a.interval_s = f.get_double("interval_s", 0, 0, 1e9);
-    if (a.burst_size > 0 && !f.has("interval_s")) f["interval_s"].fail("missing (bursts of a given size need the time between them)");
+    if (a.burst_size > 0 && !f.has("interval_s"))
+      f["interval_s"].fail("missing (bursts of a given size need the time between them)");
     if (a.burst_size == 0 && f.has("interval_s")) f["size"].fail("missing (interval_s means bursts of a given size)");
   } else {
     f["process"].fail(fmt::format("unknown arrival process '{}' (known: poisson, gamma, constant, burst)", p));
@@ -141,10 +157,14 @@ TraceSpec parse_trace(const Field& f) {
   f.expect_map({"format", "path", "time_scale", "rate_scale", "start_s", "duration_s", "limit", "hash_block_size"});
   TraceSpec t;
   const std::string fmt_name = f["format"].as_string();
-  if (fmt_name == "azure") t.format = TraceSpec::Format::Azure;
-  else if (fmt_name == "mooncake") t.format = TraceSpec::Format::Mooncake;
-  else if (fmt_name == "vidur") t.format = TraceSpec::Format::Vidur;
-  else f["format"].fail(fmt::format("unknown trace format '{}' (known: azure, mooncake, vidur)", fmt_name));
+  if (fmt_name == "azure")
+    t.format = TraceSpec::Format::Azure;
+  else if (fmt_name == "mooncake")
+    t.format = TraceSpec::Format::Mooncake;
+  else if (fmt_name == "vidur")
+    t.format = TraceSpec::Format::Vidur;
+  else
+    f["format"].fail(fmt::format("unknown trace format '{}' (known: azure, mooncake, vidur)", fmt_name));
   t.path = f["path"].as_path();
   f["path"].require_file(t.path);
   t.time_scale = f.get_double("time_scale", 1.0, 1e-9, 1e9);
@@ -208,8 +228,8 @@ RequestsSpec parse_requests(const Field& f) {
     if (!r.trace)
       for (size_t i = 0; i < r.cancel.explicit_cancels.size(); ++i)
         if (r.cancel.explicit_cancels[i].request >= r.count)
-          f["cancel"]["at"].items()[i]["request"].fail(fmt::format("{} is beyond the last request ({})",
-                                                                 r.cancel.explicit_cancels[i].request, r.count - 1));
+          f["cancel"]["at"].items()[i]["request"].fail(
+              fmt::format("{} is beyond the last request ({})", r.cancel.explicit_cancels[i].request, r.count - 1));
   }
   return r;
 }

@@ -75,14 +75,16 @@ bool CsvFile::next(std::vector<std::string>& row) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     split_csv_line(line, row);
     if (row.size() != header_.size())
-      throw InputError(fmt::format("{}:{}: expected {} fields ({}), got {}", path_, line_, header_.size(), header_text(), row.size()));
+      throw InputError(fmt::format("{}:{}: expected {} fields ({}), got {}", path_, line_, header_.size(),
+                                   header_text(), row.size()));
     return true;
   }
   return false;
 }
 
 void CsvFile::fail(size_t col, const std::string& what) const {
-  throw InputError(fmt::format("{}:{}: column '{}': {}", path_, line_, col < header_.size() ? header_[col] : "?", what));
+  throw InputError(
+      fmt::format("{}:{}: column '{}': {}", path_, line_, col < header_.size() ? header_[col] : "?", what));
 }
 
 double CsvFile::number(const std::vector<std::string>& row, size_t col, double lo, double hi) const {

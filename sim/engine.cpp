@@ -1,8 +1,8 @@
 #include "sim/engine.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <chrono>
-#include <fmt/format.h>
 #include <stdexcept>
 
 #include "backend/cost_model.h"
@@ -65,13 +65,16 @@ void Engine::check_nothing_lost() const {
   for (const auto& in : instances_)
     if (in->scheduler.in_flight()) ++lost;
   if (lost > 0)
-    throw std::runtime_error(fmt::format("engine: {} request(s) neither finished, cancelled nor failed at the end of the run (lost event)", lost));
+    throw std::runtime_error(fmt::format(
+        "engine: {} request(s) neither finished, cancelled nor failed at the end of the run (lost event)", lost));
   // Leak check: with every request gone, no block may still be referenced and nothing reserved
   // (cached blocks stay, unreferenced, on the free list).
   for (const auto& in : instances_)
     if (in->kv.used_blocks() != 0 || in->kv.reserved_remaining() != 0)
-      throw std::runtime_error(fmt::format("engine: KV leak at the end of the run on instance {}: {} block(s) still "
-                                           "referenced, {} reserved", in->id, in->kv.used_blocks(), in->kv.reserved_remaining()));
+      throw std::runtime_error(
+          fmt::format("engine: KV leak at the end of the run on instance {}: {} block(s) still "
+                      "referenced, {} reserved",
+                      in->id, in->kv.used_blocks(), in->kv.reserved_remaining()));
 }
 
 void Engine::on(const Arrival& e) {
@@ -105,7 +108,8 @@ void Engine::on(const StepDone& e) {
     if (!s.samples) continue;
     Request& r = requests_.requests[size_t(s.id)];
     metrics_.on_token(r, now_);
-    if (!outputs_.empty() && k < in.inflight_result.sampled.size()) outputs_[size_t(s.id)].push_back(in.inflight_result.sampled[k]);
+    if (!outputs_.empty() && k < in.inflight_result.sampled.size())
+      outputs_[size_t(s.id)].push_back(in.inflight_result.sampled[k]);
     ++k;
   }
   for (run_observer_i* o : observers_) o->on_step(in.inflight);
@@ -126,8 +130,8 @@ void Engine::start_step(Instance& in) {
   try {
     in.inflight_result = in.executor.execute(plan);
   } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("step {} at t={:.6f}s failed in the {} backend: {}", num_steps_, to_seconds(now_),
-                                         in.executor.name(), e.what()));
+    throw std::runtime_error(fmt::format("step {} at t={:.6f}s failed in the {} backend: {}", num_steps_,
+                                         to_seconds(now_), in.executor.name(), e.what()));
   }
   check_step_result(in, plan);
   record_step(in, plan);
@@ -137,14 +141,15 @@ void Engine::start_step(Instance& in) {
 void Engine::check_step_result(const Instance& in, const StepPlan& plan) const {
   const StepResult& res = in.inflight_result;
   if (in.executor.needs_tokens() && int32_t(res.sampled.size()) != plan.num_samples)
-    throw std::runtime_error(fmt::format("the {} backend returned {} tokens for {} sampling sequences", in.executor.name(),
-                                         res.sampled.size(), plan.num_samples));
+    throw std::runtime_error(fmt::format("the {} backend returned {} tokens for {} sampling sequences",
+                                         in.executor.name(), res.sampled.size(), plan.num_samples));
   // The clock must not pass its range (a wrap would give negative times and wrong metrics).
   if (res.elapsed < 0 || res.elapsed > kMaxTime - now_)
     throw std::runtime_error(fmt::format(
-        "step {} at t={:.6f}s takes {:.6g} s and would end past the simulator's time range ({:.0g} s): the steps are too "
-        "slow for this workload's {} requests ({})", num_steps_, to_seconds(now_), to_seconds(res.elapsed), kMaxTimeSeconds,
-        requests_.requests.size(),
+        "step {} at t={:.6f}s takes {:.6g} s and would end past the simulator's time range ({:.0g} s): the steps are "
+        "too "
+        "slow for this workload's {} requests ({})",
+        num_steps_, to_seconds(now_), to_seconds(res.elapsed), kMaxTimeSeconds, requests_.requests.size(),
         in.executor.simulated() ? make_cost_model(w_.model, w_.hardware, w_.engine.tp)->inputs() : "measured steps"));
 }
 
@@ -178,7 +183,8 @@ void Engine::attach_tokens(StepPlan& plan) {
       plan.tokens.resize(at + size_t(prompt_end - s.num_computed_before));
       prompt_tokens_.fill(r, s.num_computed_before, prompt_end - s.num_computed_before, plan.tokens.data() + at);
     }
-    for (int32_t p = std::max(s.num_computed_before, r.prompt_len); p < end; ++p) plan.tokens.push_back(out[size_t(p - r.prompt_len)]);
+    for (int32_t p = std::max(s.num_computed_before, r.prompt_len); p < end; ++p)
+      plan.tokens.push_back(out[size_t(p - r.prompt_len)]);
   }
 }
 

@@ -11,9 +11,15 @@
 
 namespace tandem {
 
-struct Arrival { ReqId id; };
-struct StepDone { int32_t instance; };  // the instance whose in-flight step ended
-struct Cancel { ReqId id; };
+struct Arrival {
+  ReqId id;
+};
+struct StepDone {
+  int32_t instance;
+};  // the instance whose in-flight step ended
+struct Cancel {
+  ReqId id;
+};
 using Event = std::variant<Arrival, StepDone, Cancel>;
 
 struct TimedEvent {

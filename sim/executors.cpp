@@ -15,8 +15,9 @@ std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backen
   if (backend == "cpu") return cpu::make_cpu_executor(w.model, w.seed, cpu_executor_options(w.engine));
   if (backend == "cuda") {
     if (!cuda)
-      throw InputError("--backend cuda: this build has no CUDA backend (configure with -Dcuda=enabled where nvcc, "
-                       "cuBLAS and NCCL are installed)");
+      throw InputError(
+          "--backend cuda: this build has no CUDA backend (configure with -Dcuda=enabled where nvcc, "
+          "cuBLAS and NCCL are installed)");
     return (*cuda)(w);
   }
   throw InputError(fmt::format("--backend {}: unknown (known: sim, cpu, cuda)", backend));

@@ -20,7 +20,8 @@ cpu::CpuExecutorOptions cpu_executor_options(const EngineSpec& e);
 
 // backend: sim (the workload's cost model), cpu (the reference model) or cuda (through `cuda`,
 // the factory of a CUDA build; without one, an InputError says the build has none).
-std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backend, const ExecutorFactory* cuda = nullptr);
+std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backend,
+                                          const ExecutorFactory* cuda = nullptr);
 
 // The step shapes a real backend warms up for before it serves this workload (`tandem run`,
 // calibrate): first-use costs are paid then, not by the first requests.

@@ -22,10 +22,10 @@ int generate_command(const std::vector<std::string>& args) {
       "seed", po::value<std::string>(), "dummy weights' seed (with --model; default 0)")(
       "prompt", po::value<std::string>(), "space-separated token ids")(
       "max-tokens", po::value<int>()->default_value(32), "tokens to generate")(
-      "logits-out", po::value<std::string>(), "write the logits of every prompt position and generated token "
-                                               "(float32, row-major [positions][vocab])")(
-      "threads", po::value<int>()->default_value(0), "threads (0: all cores)")(
-      "help,h", po::bool_switch(), "this help");
+      "logits-out", po::value<std::string>(),
+      "write the logits of every prompt position and generated token "
+      "(float32, row-major [positions][vocab])")("threads", po::value<int>()->default_value(0),
+                                                 "threads (0: all cores)")("help,h", po::bool_switch(), "this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
   po::notify(vm);
@@ -33,7 +33,8 @@ int generate_command(const std::vector<std::string>& args) {
     std::cout << "usage: tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [options]\n" << opts;
     return 0;
   }
-  if (vm.count("checkpoint") == vm.count("model")) throw InputError("generate: give --checkpoint DIR or --model PRESET");
+  if (vm.count("checkpoint") == vm.count("model"))
+    throw InputError("generate: give --checkpoint DIR or --model PRESET");
   if (!vm.count("prompt")) throw InputError("generate: --prompt \"ID ID ...\" is required");
   if (vm.count("checkpoint") && vm.count("seed"))
     throw InputError("generate: --seed sets dummy weights (with --model); a --checkpoint has its own weights");
@@ -69,8 +70,7 @@ int generate_command(const std::vector<std::string>& args) {
     long v = -1;
     try {
       v = std::stol(tok, &used);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     if (used != tok.size() || v < 0 || v >= m.vocab)
       throw InputError(fmt::format("generate: --prompt: '{}' is not a token id in [0, {})", tok, m.vocab));
     prompt.push_back(Token(v));

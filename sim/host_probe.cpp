@@ -20,7 +20,8 @@ std::string cpu_name() {
 
 std::string gpu_name() {
   std::string v;
-  if (FILE* f = popen("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1", "r")) {
+  if (FILE* f =
+          popen("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1", "r")) {
     char buf[256];
     while (fgets(buf, sizeof buf, f)) v += buf;
     pclose(f);

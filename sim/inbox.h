@@ -51,9 +51,9 @@ class Inbox {
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Event> items_;  // guarded by mu_
+  std::vector<Event> items_;     // guarded by mu_
   std::atomic<size_t> size_{0};  // items_.size(), readable without the lock
-  std::vector<Event> taken_;  // the loop's side of a drain (no lock needed)
+  std::vector<Event> taken_;     // the loop's side of a drain (no lock needed)
 };
 
 }  // namespace tandem

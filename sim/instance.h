@@ -20,7 +20,7 @@ struct StepRecord {
   Time start = 0;
   Duration elapsed = 0;
   const StepPlan* plan = nullptr;
-  StepCost cost;  // zero for real backends
+  StepCost cost;                                                                    // zero for real backends
   int32_t kv_used = 0, kv_reserved = 0, kv_capacity = 0, waiting = 0, running = 0;  // after planning
 };
 

@@ -20,10 +20,10 @@
 #include "backend/warmup.h"
 #include "sim/calibrate.h"
 #include "sim/compare.h"
-#include "sim/generate.h"
 #include "sim/config.h"
 #include "sim/engine.h"
 #include "sim/executors.h"
+#include "sim/generate.h"
 #include "sim/outputs.h"
 #include "sim/prefix_bound.h"
 
@@ -39,8 +39,10 @@ constexpr const char* kUsage =
     "  tandem validate WORKLOAD.yaml [--set KEY=VALUE ...] [--prefix-bound]\n"
     "  tandem compare RUN_DIR_A RUN_DIR_B\n"
     "  tandem calibrate --backend cpu|cuda --model PRESET [--workload W.yaml ...] --out PROFILE.yaml\n"
-    "                   [--reps N] [--budget S] [--quick] [--threads N]   # per-operator profile (grid, then residuals)\n"
-    "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml  # linear fit\n"
+    "                   [--reps N] [--budget S] [--quick] [--threads N]   # per-operator profile (grid, then "
+    "residuals)\n"
+    "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml  # linear "
+    "fit\n"
     "  tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [--max-tokens N] [--logits-out FILE]\n";
 
 #ifdef TANDEM_HAVE_CUDA
@@ -107,11 +109,15 @@ int run_workload(Workload& w, const RunOptions& o) {
   std::unique_ptr<executor_i> exec = make_executor(w, o.backend);
 #endif
   const std::string clock_name = !o.clock.empty() ? o.clock : exec->simulated() ? "virtual" : "wall";
-  if (clock_name != "wall" && clock_name != "virtual") throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
-  if (clock_name == "wall" && exec->simulated()) throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");
+  if (clock_name != "wall" && clock_name != "virtual")
+    throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
+  if (clock_name == "wall" && exec->simulated())
+    throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");
   std::unique_ptr<clock_i> clock;
-  if (clock_name == "wall") clock = std::make_unique<WallClock>();
-  else clock = std::make_unique<VirtualClock>();
+  if (clock_name == "wall")
+    clock = std::make_unique<WallClock>();
+  else
+    clock = std::make_unique<VirtualClock>();
   RequestSet rs = generate_requests(w);
   // First-use costs (threads, buffers, cuBLAS, a graph per decode bucket) are paid here, not
   // by the first requests.
@@ -139,10 +145,13 @@ int run_workload(Workload& w, const RunOptions& o) {
 int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   po::options_description opts("options");
   opts.add_options()("workload", po::value<std::string>(), "workload YAML")(
-      "backend", po::value<std::string>()->default_value("sim"), "sim (cost model), cpu (reference model) or cuda (GPU)")(
-      "clock", po::value<std::string>(), "wall (real time; default for real backends) or virtual (jump between events)")(
+      "backend", po::value<std::string>()->default_value("sim"),
+      "sim (cost model), cpu (reference model) or cuda (GPU)")(
+      "clock", po::value<std::string>(),
+      "wall (real time; default for real backends) or virtual (jump between events)")(
       "threads", po::value<int>()->default_value(0), "CPU backend threads (0: all cores)")(
-      "set", po::value<std::vector<std::string>>()->composing(), "override a workload key: --set engine.max_num_seqs=8")(
+      "set", po::value<std::vector<std::string>>()->composing(),
+      "override a workload key: --set engine.max_num_seqs=8")(
       "out", po::value<std::string>(), "write summary.json, requests.csv, steps.csv, trace.json here")(
       "trace", po::value<std::string>()->default_value("full"), "trace.json detail: full, steps, requests or none")(
       "quiet", po::bool_switch(), "no summary table on stdout")(

@@ -26,8 +26,8 @@ Percentiles percentiles(std::vector<double>& v) {
 }
 
 size_t LogHistogram::bucket(int64_t v) {
-  if (v < kSub) return size_t(std::max<int64_t>(v, 0));  // exact below kSub
-  const int e = 63 - std::countl_zero(uint64_t(v));       // v in [2^e, 2^(e+1))
+  if (v < kSub) return size_t(std::max<int64_t>(v, 0));    // exact below kSub
+  const int e = 63 - std::countl_zero(uint64_t(v));        // v in [2^e, 2^(e+1))
   const int shift = e - 8;                                 // log2(kSub) == 8
   const size_t sub = size_t(uint64_t(v) >> shift) - kSub;  // 0..kSub-1
   return size_t(e - 7) * kSub + sub;
@@ -162,8 +162,13 @@ Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload
   s.tpot_ms = percentiles(tpot);
   s.e2e_ms = percentiles(e2e);
   s.queue_ms = percentiles(queue);
-  s.itl_ms = {itl_.mean() * 1e-6, itl_.percentile(50) * 1e-6, itl_.percentile(90) * 1e-6, itl_.percentile(99) * 1e-6,
-              double(itl_.max()) * 1e-6, itl_.stddev() * 1e-6, itl_.count()};
+  s.itl_ms = {itl_.mean() * 1e-6,
+              itl_.percentile(50) * 1e-6,
+              itl_.percentile(90) * 1e-6,
+              itl_.percentile(99) * 1e-6,
+              double(itl_.max()) * 1e-6,
+              itl_.stddev() * 1e-6,
+              itl_.count()};
   s.decode_steps = decode_steps_;
   s.decode_steps_with_prefill = decode_steps_with_prefill_;
   s.decode_steps_with_prefill_share = decode_steps_ ? double(decode_steps_with_prefill_) / double(decode_steps_) : 0.0;
@@ -183,7 +188,8 @@ Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload
   s.prefix_enabled = w.engine.enable_prefix_caching;
   s.prefix_off_reason = w.engine.prefix_caching_off_reason;
   s.prefix_hit_rate = s.prefix_queried_tokens ? double(s.prefix_hit_tokens) / double(s.prefix_queried_tokens) : 0.0;
-  s.prefix_block_hit_rate = s.prefix_queried_blocks ? double(s.prefix_hit_blocks) / double(s.prefix_queried_blocks) : 0.0;
+  s.prefix_block_hit_rate =
+      s.prefix_queried_blocks ? double(s.prefix_hit_blocks) / double(s.prefix_queried_blocks) : 0.0;
   s.kv_blocks = w.engine.resolved_kv_blocks;
   s.kv_mean_util = busy_time_ > 0 ? kv_used_time_ / busy_time_ : 0.0;
   s.kv_peak_util = kv_peak_;

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/config.h"
 #include "core/request.h"
+#include "sim/config.h"
 
 namespace tandem {
 
@@ -34,7 +34,9 @@ class LogHistogram {
   // Nearest-rank percentile; returns the bucket's midpoint.
   double percentile(double p) const;
   // Non-empty buckets as (lower bound, upper bound, count), for plots.
-  struct Bucket { int64_t lo, hi, count; };
+  struct Bucket {
+    int64_t lo, hi, count;
+  };
   std::vector<Bucket> buckets() const;
 
  private:

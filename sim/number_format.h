@@ -73,7 +73,7 @@ class Fixed6Cache {
   struct Slot {
     uint64_t bits = 0;
     uint8_t len = 0;  // 0: empty
-    char text[23];  // 32-byte slots
+    char text[23];    // 32-byte slots
   };
   std::array<Slot, size_t(1) << kLog2Slots> slots_{};
 };

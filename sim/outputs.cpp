@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iterator>
@@ -36,7 +36,6 @@ bool has_step_args(TraceDetail d) { return d >= TraceDetail::Full; }
 }  // namespace
 
 using namespace numfmt;
-
 
 // The writer thread's state for the step rows.
 struct RunOutputs::StepFormatter {
@@ -103,16 +102,19 @@ RunOutputs::RunOutputs(const std::string& dir, TraceDetail trace) : dir_(dir), d
       throw InputError(fmt::format("--out {}: {} exists and is not a file", dir, p.string()));
   }
   bool ok = steps_.open(dir + "/steps.csv");
-  if (detail_ != TraceDetail::None) ok = ok && trace_.open(dir + "/trace.json");
-  else std::filesystem::remove(std::filesystem::path(dir) / "trace.json", ec);  // not a stale one from an earlier run
+  if (detail_ != TraceDetail::None)
+    ok = ok && trace_.open(dir + "/trace.json");
+  else
+    std::filesystem::remove(std::filesystem::path(dir) / "trace.json", ec);  // not a stale one from an earlier run
   if (!ok) throw InputError(fmt::format("--out {}: cannot write files there", dir));
   steps_.append(kStepsCsvHeader);
   // The process names first, so that every later event starts with ",\n".
   if (detail_ != TraceDetail::None)
-    trace_.append("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"
-                  R"j({"name":"process_name","ph":"M","pid":1,"args":{"name":"instances (steps)"}},)j"
-                  "\n"
-                  R"j({"name":"process_name","ph":"M","pid":2,"args":{"name":"requests"}})j");
+    trace_.append(
+        "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"
+        R"j({"name":"process_name","ph":"M","pid":1,"args":{"name":"instances (steps)"}},)j"
+        "\n"
+        R"j({"name":"process_name","ph":"M","pid":2,"args":{"name":"requests"}})j");
   pending_.reserve(kBatchRows);
   formatter_ = std::make_unique<StepFormatter>();
   writer_ = std::thread([this] { writer_loop(); });
@@ -186,7 +188,8 @@ void RunOutputs::write_rows(const std::vector<StepRow>& rows) {
   StepFormatter& f = *formatter_;
   const bool counters = has_requests(detail_), slices = has_steps(detail_), args = has_step_args(detail_);
   for (const StepRow& r : rows) {
-    // steps.csv: "{},{},{:.9f},{:.6f},{},{},{},{},{},{},{:.6f},{},{},{:.6f},{:.6f},{:.6f},{:d},{},{:.0f},{:.0f},{:.6f},{:.6f},{:.4f}\n"
+    // steps.csv:
+    // "{},{},{:.9f},{:.6f},{},{},{},{},{},{},{:.6f},{},{},{:.6f},{:.6f},{:.6f},{:d},{},{:.0f},{:.0f},{:.6f},{:.6f},{:.4f}\n"
     char* p = steps_.room(kRowRoom);
     p = put_int(p, r.index);
     *p++ = ',';
@@ -310,7 +313,8 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
     p = seconds_or_empty(p, r.first_scheduled);
     if (r.first_token != kNever) p = put_scaled<6>(p, r.first_token - r.arrival, to_ms(r.first_token - r.arrival));
     *p++ = ',';
-    if (r.generated > 1) p = fmt::format_to(p, FMT_COMPILE("{:.6f}"), to_ms(r.last_token - r.first_token) / (r.generated - 1));
+    if (r.generated > 1)
+      p = fmt::format_to(p, FMT_COMPILE("{:.6f}"), to_ms(r.last_token - r.first_token) / (r.generated - 1));
     *p++ = ',';
     if (r.finish != kNever && r.status == RequestStatus::Finished)
       p = put_scaled<6>(p, r.finish - r.arrival, to_ms(r.finish - r.arrival));
@@ -345,8 +349,9 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
         if (a == kNever || b == kNever || b < a) return;
         for (const auto& [ph, ts] : {std::pair{'b', a}, std::pair{'e', b}}) {
           char* p = spans.room(kRowRoom);
-          p = fmt::format_to(p, FMT_COMPILE(",\n{{\"name\":\"{}\",\"cat\":\"request\",\"ph\":\"{}\",\"pid\":2,\"id\":{},\"ts\":"),
-                             name, ph, r.id);
+          p = fmt::format_to(
+              p, FMT_COMPILE(",\n{{\"name\":\"{}\",\"cat\":\"request\",\"ph\":\"{}\",\"pid\":2,\"id\":{},\"ts\":"),
+              name, ph, r.id);
           p = put_scaled<3>(p, ts, double(ts) / 1e3);
           *p++ = '}';
           spans.commit(p);

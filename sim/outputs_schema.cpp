@@ -10,7 +10,7 @@ namespace tandem {
 
 namespace {
 nlohmann::json pct_json(const Percentiles& p) {
-  return {{"mean", p.mean}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99},
+  return {{"mean", p.mean}, {"p50", p.p50},    {"p90", p.p90}, {"p99", p.p99},
           {"max", p.max},   {"std", p.stddev}, {"count", p.n}};
 }
 }  // namespace
@@ -36,7 +36,10 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
   j["throughput"] = {{"requests_per_s", s.requests_per_s},
                      {"output_tokens_per_s", s.output_tokens_per_s},
                      {"total_tokens_per_s", s.total_tokens_per_s}};
-  j["requests"] = {{"total", s.total}, {"finished", s.finished}, {"failed", s.failed}, {"cancelled", s.cancelled},
+  j["requests"] = {{"total", s.total},
+                   {"finished", s.finished},
+                   {"failed", s.failed},
+                   {"cancelled", s.cancelled},
                    {"failed_by_reason", s.failed_by_reason}};
   j["jitter_ms"] = s.jitter_ms;
   // How often decodes shared their step with prefill work (a whole prompt or a chunk).
@@ -59,11 +62,15 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
                        {"queries", s.prefix_queries},
                        {"hits", s.prefix_hits},
                        {"evictions", s.prefix_evictions}};
-  j["kv_cache"] = {{"blocks", s.kv_blocks}, {"block_size", w.engine.block_size},
-                   {"mean_util", s.kv_mean_util}, {"peak_util", s.kv_peak_util}};
+  j["kv_cache"] = {{"blocks", s.kv_blocks},
+                   {"block_size", w.engine.block_size},
+                   {"mean_util", s.kv_mean_util},
+                   {"peak_util", s.kv_peak_util}};
   if (s.has_slo)
-    j["goodput"] = {{"slo_ttft_ms", s.slo_ttft_ms}, {"slo_tpot_ms", s.slo_tpot_ms},
-                    {"requests_per_s", s.goodput_requests_per_s}, {"fraction", s.goodput_fraction}};
+    j["goodput"] = {{"slo_ttft_ms", s.slo_ttft_ms},
+                    {"slo_tpot_ms", s.slo_tpot_ms},
+                    {"requests_per_s", s.goodput_requests_per_s},
+                    {"fraction", s.goodput_fraction}};
   j["steps"] = s.steps;
   j["makespan_s"] = s.makespan_s;
   j["sim_s"] = s.sim_s;
@@ -97,8 +104,11 @@ void print_summary(std::ostream& os, const Summary& s) {
   fmt::print(os, "decode steps {}: {:.1f}% also carried prefill tokens\n", s.decode_steps,
              100 * s.decode_steps_with_prefill_share);
   if (s.prefix_enabled)
-    fmt::print(os, "prefix cache: hit rate {:.1f}% of prompt tokens ({:.1f}% of full blocks), {} of {} requests hit, {} evictions\n",
-               100 * s.prefix_hit_rate, 100 * s.prefix_block_hit_rate, s.prefix_hits, s.prefix_queries, s.prefix_evictions);
+    fmt::print(os,
+               "prefix cache: hit rate {:.1f}% of prompt tokens ({:.1f}% of full blocks), {} of {} requests hit, {} "
+               "evictions\n",
+               100 * s.prefix_hit_rate, 100 * s.prefix_block_hit_rate, s.prefix_hits, s.prefix_queries,
+               s.prefix_evictions);
   else if (!s.prefix_off_reason.empty())
     fmt::print(os, "prefix cache: off ({})\n", s.prefix_off_reason);
   else

@@ -25,8 +25,8 @@ namespace tandem {
 
 struct PrefixBound {
   int32_t block_size = 0;
-  int64_t requests = 0;      // queried: prompt_len >= 1
-  int64_t requests_hit = 0;  // of those, with at least one hit block
+  int64_t requests = 0;                        // queried: prompt_len >= 1
+  int64_t requests_hit = 0;                    // of those, with at least one hit block
   int64_t hit_tokens = 0, queried_tokens = 0;  // hit_tokens = hit_blocks * block_size
   int64_t hit_blocks = 0, queried_blocks = 0;  // queried_blocks: full prompt blocks, prompt_len / block_size
   int64_t servable_requests = 0, servable_queried_tokens = 0;  // requests that pass the arrival checks

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-
 namespace tandem {
 
 namespace {
@@ -16,8 +15,8 @@ BlockHash root_block_hash(const Workload& w) {
   const ModelSpec& m = w.model;
   // Dummy weights come from the workload's seed; a checkpoint is named by its path.
   const std::string id = fmt::format("tandem-kv|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", m.name, m.layers, m.hidden, m.heads,
-                                     m.kv_heads, m.vocab, m.dtype, m.rope_theta, m.checkpoint.empty() ? "seed" : m.checkpoint,
-                                     m.checkpoint.empty() ? w.seed : 0);
+                                     m.kv_heads, m.vocab, m.dtype, m.rope_theta,
+                                     m.checkpoint.empty() ? "seed" : m.checkpoint, m.checkpoint.empty() ? w.seed : 0);
   return from_xxh(XXH3_128bits(id.data(), id.size()));
 }
 
@@ -40,7 +39,8 @@ void hash_prompt_blocks(const Request& r, const PromptTokens& tokens, int32_t bl
       return;
     }
     buf.assign({parent.lo, parent.hi});
-    for (const auto& run : runs) buf.insert(buf.end(), {run.key, uint64_t(uint32_t(run.first)) << 32 | uint32_t(run.length)});
+    for (const auto& run : runs)
+      buf.insert(buf.end(), {run.key, uint64_t(uint32_t(run.first)) << 32 | uint32_t(run.length)});
     parent = from_xxh(XXH3_128bits(buf.data(), buf.size() * sizeof(uint64_t)));
     out.push_back(parent);
   }

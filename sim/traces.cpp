@@ -7,8 +7,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "sim/csv.h"
 #include "core/json_strict.h"
+#include "sim/csv.h"
 
 namespace tandem {
 
@@ -46,7 +46,8 @@ std::vector<TraceRow> read_csv_trace(const TraceSpec& t) {
   while (csv.next(row)) {
     double ts = 0;
     if (azure) {
-      if (!parse_timestamp(row[c_t], ts)) csv.fail(c_t, fmt::format("expected 'YYYY-MM-DD HH:MM:SS.fff', got '{}'", row[c_t]));
+      if (!parse_timestamp(row[c_t], ts))
+        csv.fail(c_t, fmt::format("expected 'YYYY-MM-DD HH:MM:SS.fff', got '{}'", row[c_t]));
     } else {
       ts = csv.number(row, c_t, 0, 1e12);
     }
@@ -70,8 +71,10 @@ std::vector<TraceRow> read_mooncake(const TraceSpec& t, std::vector<int64_t>& po
     const auto& v = j[field];
     if (!v.is_number()) fail(field, fmt::format("expected a number, got {}", v.dump()));
     const double d = v.get<double>();
-    if (d < 0 || (integral && d != std::floor(d))) fail(field, fmt::format("expected a non-negative {}, got {}", integral ? "integer" : "number", v.dump()));
-    if (d > (integral ? 1e9 : 1e15)) fail(field, fmt::format("{} is out of range [0, {}]", v.dump(), integral ? "1e9" : "1e15"));
+    if (d < 0 || (integral && d != std::floor(d)))
+      fail(field, fmt::format("expected a non-negative {}, got {}", integral ? "integer" : "number", v.dump()));
+    if (d > (integral ? 1e9 : 1e15))
+      fail(field, fmt::format("{} is out of range [0, {}]", v.dump(), integral ? "1e9" : "1e15"));
     return d;
   };
   while (std::getline(in, line)) {
@@ -87,18 +90,20 @@ std::vector<TraceRow> read_mooncake(const TraceSpec& t, std::vector<int64_t>& po
     }
     if (!j.is_object()) throw InputError(fmt::format("{}:{}: expected a JSON object", t.path, lineno));
     const double ts = number(j, "timestamp", false) / 1000.0;
-    TraceRow r{ts, static_cast<int64_t>(number(j, "input_length", true)), static_cast<int64_t>(number(j, "output_length", true))};
+    TraceRow r{ts, static_cast<int64_t>(number(j, "input_length", true)),
+               static_cast<int64_t>(number(j, "output_length", true))};
     if (j.contains("hash_ids")) {
       const auto& h = j["hash_ids"];
       if (!h.is_array()) fail("hash_ids", "expected a list of non-negative integers");
       // One id per hash block of the prompt: more would name blocks the prompt does not have.
       const int64_t blocks = (r.prompt_len + t.hash_block_size - 1) / t.hash_block_size;
       if (int64_t(h.size()) > blocks)
-        fail("hash_ids", fmt::format("{} ids, but input_length {} spans only {} block(s) of hash_block_size {}", h.size(),
-                                     r.prompt_len, blocks, t.hash_block_size));
+        fail("hash_ids", fmt::format("{} ids, but input_length {} spans only {} block(s) of hash_block_size {}",
+                                     h.size(), r.prompt_len, blocks, t.hash_block_size));
       r.hash_begin = static_cast<uint32_t>(pool.size());
       for (const auto& x : h) {
-        if (!x.is_number_integer() || x.get<int64_t>() < 0) fail("hash_ids", fmt::format("expected non-negative integers, got {}", x.dump()));
+        if (!x.is_number_integer() || x.get<int64_t>() < 0)
+          fail("hash_ids", fmt::format("expected non-negative integers, got {}", x.dump()));
         pool.push_back(x.get<int64_t>());
       }
       r.hash_count = static_cast<uint32_t>(h.size());
@@ -128,7 +133,8 @@ bool parse_timestamp(const std::string& s, double& seconds) {
       static_cast<size_t>(n) != s.size())
     return false;
   static const int days_in[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  if (y < 1 || y > 9999 || mo < 1 || mo > 12 || h < 0 || h > 23 || mi < 0 || mi > 59 || !(sec >= 0 && sec < 61)) return false;
+  if (y < 1 || y > 9999 || mo < 1 || mo > 12 || h < 0 || h > 23 || mi < 0 || mi > 59 || !(sec >= 0 && sec < 61))
+    return false;
   const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
   if (d < 1 || d > days_in[mo - 1] + (mo == 2 && leap)) return false;
   seconds = static_cast<double>(days_from_civil(y, unsigned(mo), unsigned(d))) * 86400.0 + h * 3600.0 + mi * 60.0 + sec;
@@ -136,7 +142,8 @@ bool parse_timestamp(const std::string& s, double& seconds) {
 }
 
 std::vector<TraceRow> read_trace(const TraceSpec& t, std::vector<int64_t>& hash_pool) {
-  std::vector<TraceRow> rows = t.format == TraceSpec::Format::Mooncake ? read_mooncake(t, hash_pool) : read_csv_trace(t);
+  std::vector<TraceRow> rows =
+      t.format == TraceSpec::Format::Mooncake ? read_mooncake(t, hash_pool) : read_csv_trace(t);
   // Offsets from the earliest request (rows need not be sorted; none is dropped for that).
   double first = INFINITY;
   for (const TraceRow& r : rows) first = std::min(first, r.t_s);

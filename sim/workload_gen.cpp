@@ -20,8 +20,10 @@ Rng stream(uint64_t seed, Stream s) { return Rng(hash_combine(seed, s)); }
 
 double draw(const DistSpec& d, Rng& rng) {
   switch (d.kind) {
-    case DistSpec::Kind::Fixed: return d.value;
-    case DistSpec::Kind::Uniform: return d.min + (d.max - d.min) * rng.uniform();
+    case DistSpec::Kind::Fixed:
+      return d.value;
+    case DistSpec::Kind::Uniform:
+      return d.min + (d.max - d.min) * rng.uniform();
     case DistSpec::Kind::Lognormal:
       return std::clamp(d.median * std::exp(d.sigma * rng.normal()), d.min, d.max);
     case DistSpec::Kind::Mixture: {
@@ -48,8 +50,8 @@ int32_t as_length(double v) { return static_cast<int32_t>(std::llround(std::clam
 // overflow integer nanoseconds and come out negative).
 Time checked_time(double s, const Workload& w, const char* what) {
   if (!(s >= 0 && s <= kMaxSeconds))
-    throw InputError(fmt::format("{}: {} at {:.6g} s is beyond the simulator's time range (0 to {:.0g} s)", w.path, what, s,
-                                 kMaxSeconds));
+    throw InputError(fmt::format("{}: {} at {:.6g} s is beyond the simulator's time range (0 to {:.0g} s)", w.path,
+                                 what, s, kMaxSeconds));
   return from_seconds(s);
 }
 
@@ -59,18 +61,26 @@ void synthetic(const Workload& w, RequestSet& set) {
   Rng arr = stream(w.seed, kArrivals), pr = stream(w.seed, kPrompt), out = stream(w.seed, kOutput);
   // Lengths drawn from the same file are drawn as pairs (same row): real prompts and
   // outputs are correlated.
-  const bool paired = rs.prompt_len.kind == DistSpec::Kind::Empirical && rs.output_len.kind == DistSpec::Kind::Empirical &&
-                      rs.prompt_len.path == rs.output_len.path;
+  const bool paired = rs.prompt_len.kind == DistSpec::Kind::Empirical &&
+                      rs.output_len.kind == DistSpec::Kind::Empirical && rs.prompt_len.path == rs.output_len.path;
   set.requests.resize(static_cast<size_t>(rs.count));
   double t = 0;
   const double gamma_shape = 1.0 / (a.cv * a.cv);
   for (int64_t i = 0; i < rs.count; ++i) {
     Request& r = set.requests[static_cast<size_t>(i)];
     switch (a.kind) {
-      case ArrivalSpec::Kind::Poisson: t += arr.exponential(a.rate); break;
-      case ArrivalSpec::Kind::Gamma: t += arr.gamma(gamma_shape) / (a.rate * gamma_shape); break;
-      case ArrivalSpec::Kind::Constant: t = double(i) / a.rate; break;
-      case ArrivalSpec::Kind::Burst: t = a.burst_size > 0 ? double(i / a.burst_size) * a.interval_s : 0.0; break;
+      case ArrivalSpec::Kind::Poisson:
+        t += arr.exponential(a.rate);
+        break;
+      case ArrivalSpec::Kind::Gamma:
+        t += arr.gamma(gamma_shape) / (a.rate * gamma_shape);
+        break;
+      case ArrivalSpec::Kind::Constant:
+        t = double(i) / a.rate;
+        break;
+      case ArrivalSpec::Kind::Burst:
+        t = a.burst_size > 0 ? double(i / a.burst_size) * a.interval_s : 0.0;
+        break;
     }
     r.arrival = checked_time(t, w, "an arrival (requests.arrival)");
     if (paired) {
@@ -100,12 +110,14 @@ void replay(const Workload& w, RequestSet& set) {
     r.max_output = static_cast<int32_t>(std::min<int64_t>(row.output_len, INT32_MAX));
     r.hash_ids_begin = static_cast<uint32_t>(set.hash_ids.size());
     r.hash_ids_count = row.hash_count;
-    set.hash_ids.insert(set.hash_ids.end(), pool.begin() + row.hash_begin, pool.begin() + row.hash_begin + row.hash_count);
+    set.hash_ids.insert(set.hash_ids.end(), pool.begin() + row.hash_begin,
+                        pool.begin() + row.hash_begin + row.hash_count);
     set.requests.push_back(r);
   }
   if (t.format == TraceSpec::Format::Mooncake) set.hash_block_size = t.hash_block_size;
   if (set.requests.empty())
-    throw InputError(fmt::format("{}: the trace window (start_s {}, duration_s {}) holds no request", t.path, t.start_s, t.duration_s));
+    throw InputError(fmt::format("{}: the trace window (start_s {}, duration_s {}) holds no request", t.path, t.start_s,
+                                 t.duration_s));
 }
 
 void assign_prefix_groups(const Workload& w, RequestSet& set) {
@@ -133,7 +145,8 @@ void assign_cancellations(const Workload& w, RequestSet& set) {
   for (size_t i = 0; i < c.explicit_cancels.size(); ++i) {
     const auto& e = c.explicit_cancels[i];
     if (e.request >= n)
-      throw InputError(fmt::format("{}: field 'requests.cancel.at[{}].request': {} is beyond the last request ({})", w.path, i, e.request, n - 1));
+      throw InputError(fmt::format("{}: field 'requests.cancel.at[{}].request': {} is beyond the last request ({})",
+                                   w.path, i, e.request, n - 1));
     Request& r = set.requests[static_cast<size_t>(e.request)];
     r.cancel_at = std::min(r.cancel_at, checked_time(e.at_s, w, "a cancellation (requests.cancel.at)"));
   }
@@ -150,10 +163,13 @@ void assign_cancellations(const Workload& w, RequestSet& set) {
 
 RequestSet generate_requests(const Workload& w) {
   RequestSet set;
-  if (w.requests.trace) replay(w, set);
-  else synthetic(w, set);
+  if (w.requests.trace)
+    replay(w, set);
+  else
+    synthetic(w, set);
   // Arrival order defines ids; ties keep generation order.
-  std::stable_sort(set.requests.begin(), set.requests.end(), [](const Request& x, const Request& y) { return x.arrival < y.arrival; });
+  std::stable_sort(set.requests.begin(), set.requests.end(),
+                   [](const Request& x, const Request& y) { return x.arrival < y.arrival; });
   for (size_t i = 0; i < set.requests.size(); ++i) set.requests[i].id = static_cast<ReqId>(i);
   assign_prefix_groups(w, set);
   assign_cancellations(w, set);

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "sim/config.h"
 #include "core/request.h"
+#include "sim/config.h"
 
 namespace tandem {
 

@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "sim/config.h"
@@ -72,9 +72,9 @@ void Field::expect_map(const std::vector<const char*>& allowed) const {
 
 Field Field::operator[](const std::string& key) const {
   YAML::Node child(YAML::NodeType::Undefined);  // a missing key: not the same as an explicit null
-  const YAML::Node& cnode = node_;  // const access never inserts
+  const YAML::Node& cnode = node_;              // const access never inserts
   if (cnode.IsMap()) {
-    for (const auto& kv : cnode)  // by hand: yaml-cpp's lookup converts every key, and a
+    for (const auto& kv : cnode)                              // by hand: yaml-cpp's lookup converts every key, and a
       if (kv.first.IsScalar() && kv.first.Scalar() == key) {  // non-scalar key would throw
         child = kv.second;
         break;
@@ -150,7 +150,8 @@ int64_t Field::as_int(int64_t lo, int64_t hi) const {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != s.size() || d != std::floor(d) || std::fabs(d) > 9e18) fail(fmt::format("expected an integer, got '{}'", s));
+    if (used != s.size() || d != std::floor(d) || std::fabs(d) > 9e18)
+      fail(fmt::format("expected an integer, got '{}'", s));
     v = static_cast<long long>(d);
   }
   if (v < lo || v > hi) fail(fmt::format("{} is out of range [{}, {}]", s, lo, hi));
@@ -237,8 +238,7 @@ YAML::Node load_one_document(const std::string& text, std::optional<YAML::Mark>*
   std::stringstream in(text);
   YAML::Parser parser(in);
   DocumentStarts d;
-  for (int i = 0; i < 2 && parser.HandleNextDocument(d); ++i) {
-  }
+  for (int i = 0; i < 2 && parser.HandleNextDocument(d); ++i) {}
   second->reset();
   if (d.starts.size() >= 2) {
     const YAML::Mark& a = d.starts[0];

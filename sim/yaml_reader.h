@@ -13,8 +13,8 @@ namespace tandem {
 
 struct YamlSource {
   std::string file;
-  std::vector<std::string> override_keys;  // dotted paths replaced by --set
-  std::vector<std::string> override_texts; // "key=value" as given, for messages
+  std::vector<std::string> override_keys;   // dotted paths replaced by --set
+  std::vector<std::string> override_texts;  // "key=value" as given, for messages
 };
 
 class Field {

@@ -55,7 +55,12 @@ StepBench run_step(LlamaModel& model, int seqs, int n, int ctx, int reps) {
     for (int i = 0; i < n; ++i) plan.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
   }
   std::vector<Token> out;
-  const double s = median_s([&] { out.clear(); model.forward(plan, plan.tokens, out); }, reps);
+  const double s = median_s(
+      [&] {
+        out.clear();
+        model.forward(plan, plan.tokens, out);
+      },
+      reps);
   const PlanFeatures f = plan_features(plan);
   const double flops = 2.0 * m.linear_params() * f.tokens + 2.0 * m.hidden * double(m.vocab) * f.samples +
                        4.0 * m.layers * m.heads * m.head_dim() * f.attn_pairs;
@@ -88,21 +93,23 @@ int main(int argc, char** argv) {
   const size_t wfloats = size_t(m.linear_params() + double(m.hidden) * m.vocab);
   std::vector<float> wbuf = randv(wfloats, 4);
   double sink = 0;
-  const double t_read = median_s([&] {
-    const int nt = threads();
-    double acc = 0;
+  const double t_read = median_s(
+      [&] {
+        const int nt = threads();
+        double acc = 0;
 #pragma omp parallel for reduction(+ : acc) num_threads(nt)
-    for (int i = 0; i < nt; ++i) {
-      const size_t b = wfloats * size_t(i) / size_t(nt), e = wfloats * size_t(i + 1) / size_t(nt);
-      acc += dot(wbuf.data() + b, wbuf.data() + b, int64_t(e - b));
-    }
-    sink += acc;
-  }, reps);
+        for (int i = 0; i < nt; ++i) {
+          const size_t b = wfloats * size_t(i) / size_t(nt), e = wfloats * size_t(i + 1) / size_t(nt);
+          acc += dot(wbuf.data() + b, wbuf.data() + b, int64_t(e - b));
+        }
+        sink += acc;
+      },
+      reps);
   const double bw = double(wfloats) * 4 / t_read;
   fmt::print("{:<44}{:>12}\n", "ceiling", "value");
   fmt::print("{:<44}{:>9.1f} GFLOP/s\n", "fp32 GEMM 1536^3, Eigen (the peak)", peak / 1e9);
-  fmt::print("{:<44}{:>9.1f} GFLOP/s  ({:.0f}% of Eigen)\n", "fp32 GEMM 1536^3, batch-invariant gemm_nt", gemm_flops / t_inv / 1e9,
-             100 * t_eigen / t_inv);
+  fmt::print("{:<44}{:>9.1f} GFLOP/s  ({:.0f}% of Eigen)\n", "fp32 GEMM 1536^3, batch-invariant gemm_nt",
+             gemm_flops / t_inv / 1e9, 100 * t_eigen / t_inv);
   fmt::print("{:<44}{:>9.1f} GB/s\n", "memcpy 256 MB (read + write)", copy_bw / 1e9);
   fmt::print("{:<44}{:>9.1f} GB/s  ({:.0f} MB; checksum {:.3g})\n\n", "read the weights' size, all threads", bw / 1e9,
              double(wfloats) * 4 / 1e6, sink);
@@ -115,7 +122,8 @@ int main(int argc, char** argv) {
     fmt::print("{:<26}{:>10.1f}{:>12.1f}{:>15.0f}%{:>12.0f}\n", fmt::format("{} tokens", n), b.seconds * 1e3,
                b.flops / b.seconds / 1e9, 100 * b.flops / b.seconds / peak, n / b.seconds);
   }
-  fmt::print("\n{:<26}{:>10}{:>12}{:>16}{:>14}\n", "decode (context 512)", "ms", "tokens/s", "bound tokens/s", "% of bound");
+  fmt::print("\n{:<26}{:>10}{:>12}{:>16}{:>14}\n", "decode (context 512)", "ms", "tokens/s", "bound tokens/s",
+             "% of bound");
   for (int batch : {1, 8, 32}) {
     const StepBench b = run_step(model, batch, 1, 512, reps);
     const double bound = batch / std::max(b.bytes / bw, b.flops / peak);
@@ -124,12 +132,14 @@ int main(int argc, char** argv) {
   }
   fmt::print("\ncost of the numerics contract (same steps, Eigen GEMM path instead of gemm_nt)\n");
   fmt::print("{:<26}{:>14}{:>14}{:>10}\n", "step", "invariant ms", "eigen ms", "ratio");
-  for (auto [seqs, n, ctx] : {std::tuple{1, 512, 0}, std::tuple{1, 2048, 0}, std::tuple{8, 1, 512}, std::tuple{32, 1, 512}}) {
+  for (auto [seqs, n, ctx] :
+       {std::tuple{1, 512, 0}, std::tuple{1, 2048, 0}, std::tuple{8, 1, 512}, std::tuple{32, 1, 512}}) {
     model.set_gemm_path(GemmPath::Invariant);
     const double a = run_step(model, seqs, n, ctx, quick ? 1 : 3).seconds;
     model.set_gemm_path(GemmPath::Eigen);
     const double e = run_step(model, seqs, n, ctx, quick ? 1 : 3).seconds;
-    fmt::print("{:<26}{:>14.2f}{:>14.2f}{:>9.2f}x\n", fmt::format("{} x {} tok, ctx {}", seqs, n, ctx), a * 1e3, e * 1e3, a / e);
+    fmt::print("{:<26}{:>14.2f}{:>14.2f}{:>9.2f}x\n", fmt::format("{} x {} tok, ctx {}", seqs, n, ctx), a * 1e3,
+               e * 1e3, a / e);
   }
   // Tensor parallelism on the same cores: TP=2 (two ranks, one thread each) against TP=1
   // (kernels on both threads).
@@ -140,7 +150,8 @@ int main(int argc, char** argv) {
   for (auto [seqs, n, ctx] : {std::tuple{1, 512, 0}, std::tuple{8, 1, 512}, std::tuple{32, 1, 512}}) {
     const double a = run_step(model, seqs, n, ctx, quick ? 1 : 3).seconds;
     const double b = run_step(tp2, seqs, n, ctx, quick ? 1 : 3).seconds;
-    fmt::print("{:<26}{:>14.2f}{:>14.2f}{:>9.2f}x\n", fmt::format("{} x {} tok, ctx {}", seqs, n, ctx), a * 1e3, b * 1e3, b / a);
+    fmt::print("{:<26}{:>14.2f}{:>14.2f}{:>9.2f}x\n", fmt::format("{} x {} tok, ctx {}", seqs, n, ctx), a * 1e3,
+               b * 1e3, b / a);
   }
   return 0;
 }

@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -85,7 +85,8 @@ Ceilings measure_ceilings(cudaStream_t s) {
     cuda::fill_uniform(x.get(), M, M, M, 0, 0, 3, 0, 1.0f, s);
     for (const bool pinned : {false, true}) {
       cuda::Gemm g(pinned, 256);
-      const double ms = time_events(s, 3, 10, [&](int i) { g.run_bf16_out(x.get(), M, M, w[size_t(i % 3)].get(), M, y.get(), s); });
+      const double ms =
+          time_events(s, 3, 10, [&](int i) { g.run_bf16_out(x.get(), M, M, w[size_t(i % 3)].get(), M, y.get(), s); });
       (pinned ? c.gemm_pinned_flops_per_s : c.gemm_flops_per_s) = 2.0 * double(M) * M * M / (ms * 1e-3);
     }
   }
@@ -131,12 +132,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> only_modes;  // empty: all (one process per mode keeps a crash from losing the rest)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--quick") quick = true;
-    else if (a == "--mode" && i + 1 < argc) only_modes.push_back(argv[++i]);
+    if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else if (a == "--quick")
+      quick = true;
+    else if (a == "--mode" && i + 1 < argc)
+      only_modes.push_back(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_cuda [--json PATH] [--quick] [--mode deterministic|deterministic_mma|"
-                           "deterministic_pin64|fast ...]\n");
+      std::fprintf(stderr,
+                   "usage: bench_cuda [--json PATH] [--quick] [--mode deterministic|deterministic_mma|"
+                   "deterministic_pin64|fast ...]\n");
       return 2;
     }
   }
@@ -156,19 +161,21 @@ int main(int argc, char** argv) {
     out["gemm_bf16_tflops"] = c.gemm_flops_per_s / 1e12;
     out["gemm_bf16_pinned_tflops"] = c.gemm_pinned_flops_per_s / 1e12;
     if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
-    std::printf("%s\ncopy %.2f TB/s (read + write), bf16 GEMM 8192^3 %.0f TFLOP/s (cuBLASLt heuristic), %.0f TFLOP/s "
-                "(pinned, no split-K)\n",
-                out["device"].get<std::string>().c_str(), c.copy_bytes_per_s / 1e12, c.gemm_flops_per_s / 1e12,
-                c.gemm_pinned_flops_per_s / 1e12);
+    std::printf(
+        "%s\ncopy %.2f TB/s (read + write), bf16 GEMM 8192^3 %.0f TFLOP/s (cuBLASLt heuristic), %.0f TFLOP/s "
+        "(pinned, no split-K)\n",
+        out["device"].get<std::string>().c_str(), c.copy_bytes_per_s / 1e12, c.gemm_flops_per_s / 1e12,
+        c.gemm_pinned_flops_per_s / 1e12);
 
     ModelSpec m = *model_preset("llama3-8b");
     if (quick) m.layers = 4;
     const int32_t context = 1024, bs = 16;
-    const std::vector<int32_t> batches = quick ? std::vector<int32_t>{1, 64} : std::vector<int32_t>{1, 8, 32, 64, 128, 256};
+    const std::vector<int32_t> batches =
+        quick ? std::vector<int32_t>{1, 64} : std::vector<int32_t>{1, 8, 32, 64, 128, 256};
     const std::vector<int32_t> prefills = quick ? std::vector<int32_t>{512} : std::vector<int32_t>{512, 2048, 8192};
     const int32_t max_batch = batches.back();
     const double linear = m.linear_params(), head = double(m.hidden) * m.vocab;
-    const double kv_token = m.kv_bytes_per_token(2);  // bf16 K and V, all layers
+    const double kv_token = m.kv_bytes_per_token(2);                             // bf16 K and V, all layers
     const double attn_flops_per_pair = 4.0 * m.head_dim() * m.heads * m.layers;  // QK and PV, per (query, key)
     // Deterministic mode pins one GEMM algorithm per shape, chosen for a step of pin_tokens
     // tokens: a small pin favours decode (more thread blocks per skinny GEMM), a large one
@@ -195,8 +202,10 @@ int main(int argc, char** argv) {
       const int32_t blocks = std::max(max_batch * ((context + 1 + bs - 1) / bs), (prefills.back() + bs - 1) / bs);
       cuda::CudaModel model(m, nullptr, 1, blocks, bs, o);
       model.randomize_kv_cache(5);
-      if (md.pin_tokens != 256 || md.attention == mma) std::printf("\n");
-      else std::printf("%s", model.describe().c_str());
+      if (md.pin_tokens != 256 || md.attention == mma)
+        std::printf("\n");
+      else
+        std::printf("%s", model.describe().c_str());
       out[mode]["pin_tokens"] = deterministic ? md.pin_tokens : 0;
       StepTimer timer{model, blocks, bs};
       std::printf("\n[%s] decode, context %d             ms   roofline ms   %% of roofline\n", mode, context);
@@ -206,8 +215,12 @@ int main(int argc, char** argv) {
         const double flops = 2.0 * (linear + head) * b + attn_flops_per_pair * b * (context + 1);
         const double roof = std::max(bytes / c.copy_bytes_per_s, flops / c.gemm_flops_per_s) * 1e3;
         std::printf("  batch %-4d %22.3f %13.3f %14.1f\n", b, ms, roof, 100.0 * roof / ms);
-        out[mode]["decode"].push_back({{"batch", b}, {"context", context}, {"ms", ms}, {"roofline_ms", roof},
-                                       {"bytes", bytes}, {"flops", flops}});
+        out[mode]["decode"].push_back({{"batch", b},
+                                       {"context", context},
+                                       {"ms", ms},
+                                       {"roofline_ms", roof},
+                                       {"bytes", bytes},
+                                       {"flops", flops}});
       }
       std::printf("[%s] prefill                      ms   TFLOP/s   %% of GEMM rate\n", mode);
       for (const int32_t t : prefills) {
@@ -219,7 +232,8 @@ int main(int argc, char** argv) {
       }
       const cuda::CudaModelStats st = model.stats();
       out[mode]["graph_replays"] = st.graph_replays;
-      if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";  // after each mode: a timeout keeps the rest
+      if (!json_path.empty())
+        std::ofstream(json_path) << out.dump(2) << "\n";  // after each mode: a timeout keeps the rest
     }
     return 0;
   } catch (const std::exception& e) {

@@ -26,13 +26,13 @@ using namespace tandem;
 namespace {
 struct Fixture {
   int running, waiting;
-  int waiting_prompt = 16;   // tokens per waiting prompt
+  int waiting_prompt = 16;  // tokens per waiting prompt
   int budget = 16384;
   bool chunked = true;
-  bool part_way = false;     // one step first, so that a long prompt is part-way when timed
-  bool caching = false;      // prefix caching (waiting prompts get their block hashes)
-  int block_size = 256;      // the cache holds 2^20 tokens whatever the block size
-  int shared_blocks = 0;     // with caching: the waiting prompts' leading blocks shared, and cached
+  bool part_way = false;  // one step first, so that a long prompt is part-way when timed
+  bool caching = false;   // prefix caching (waiting prompts get their block hashes)
+  int block_size = 256;   // the cache holds 2^20 tokens whatever the block size
+  int shared_blocks = 0;  // with caching: the waiting prompts' leading blocks shared, and cached
 };
 
 // A block hash, mixed like XXH3's (the pool's index buckets by its low half).
@@ -60,10 +60,18 @@ double one_call_us(const Fixture& f, int* planned) {
   if (f.caching)
     for (int i = f.running; i < n + warm; ++i) {
       const int blocks = i < n ? f.waiting_prompt / f.block_size : f.shared_blocks;
-      for (int b = 0; b < blocks; ++b) hashes[size_t(i)].push_back(block_hash(b < f.shared_blocks ? 0 : uint64_t(i) + 1, uint64_t(b)));
+      for (int b = 0; b < blocks; ++b)
+        hashes[size_t(i)].push_back(block_hash(b < f.shared_blocks ? 0 : uint64_t(i) + 1, uint64_t(b)));
     }
   KvCache kv((1 << 20) / f.block_size, f.block_size, -1, n + warm);
-  Scheduler s({.policy = BatchingPolicy::Continuous, .max_num_seqs = std::max(1, n), .max_num_batched_tokens = f.budget, .max_model_len = 1 << 20, .enable_chunked_prefill = f.chunked, .max_num_partial_prefills = 1, .enable_prefix_caching = f.caching}, reqs, kv);
+  Scheduler s({.policy = BatchingPolicy::Continuous,
+               .max_num_seqs = std::max(1, n),
+               .max_num_batched_tokens = f.budget,
+               .max_model_len = 1 << 20,
+               .enable_chunked_prefill = f.chunked,
+               .max_num_partial_prefills = 1,
+               .enable_prefix_caching = f.caching},
+              reqs, kv);
   if (warm) {  // the shared prefix computed (and published) by a request that then leaves
     reqs[size_t(n)].id = n;
     reqs[size_t(n)].prompt_len = f.shared_blocks * f.block_size;
@@ -96,7 +104,8 @@ void row(const char* label, const Fixture& f, int rounds, int expect) {
   int planned = 0;
   for (int i = 0; i < rounds; ++i) {
     t.push_back(one_call_us(f, &planned));
-    if (planned != expect) throw std::runtime_error(fmt::format("{}: fixture broken: planned {} of {}", label, planned, expect));
+    if (planned != expect)
+      throw std::runtime_error(fmt::format("{}: fixture broken: planned {} of {}", label, planned, expect));
   }
   std::sort(t.begin(), t.end());
   const double med = t[t.size() / 2], p90 = t[t.size() * 9 / 10];
@@ -109,8 +118,8 @@ int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 2001;
   const std::pair<int, int> cases[] = {{0, 32}, {1, 1}, {32, 16}, {128, 32}, {512, 64}, {512, 0}, {0, 64}, {1024, 128}};
   fmt::print("scheduler microbenchmark: median of {} rounds, fresh fixture each\n", rounds);
-  fmt::print("{:<12}{:>8}{:>8}{:>8}{:>8}{:>12}{:>12}{:>14}\n", "mode", "running", "waiting", "prompt", "budget", "median_us",
-             "p90_us", "ns/request");
+  fmt::print("{:<12}{:>8}{:>8}{:>8}{:>8}{:>12}{:>12}{:>14}\n", "mode", "running", "waiting", "prompt", "budget",
+             "median_us", "p90_us", "ns/request");
   // The seed fixture, stage 1 (no chunking) and stage 2 (chunked prefill on) side by side.
   for (auto [r, w] : cases) {
     row("stage1", {r, w, 16, 16384, false, false}, rounds, r + w);
@@ -134,7 +143,8 @@ int main(int argc, char** argv) {
   // The same at 16-token blocks with 32-token prompts whose first block is cached: one hit each.
   row("pc-off/bs16", {512, 64, 32, 16384, true, false, false, 16, 0}, rounds, 576);
   row("pc-on/bs16", {512, 64, 32, 16384, true, false, true, 16, 1}, rounds, 576);
-  for (const auto& [r, budget, off, on] : {std::tuple{0, 512, 1, 1}, std::tuple{256, 512, 257, 257}, std::tuple{0, 16384, 2, 4}}) {
+  for (const auto& [r, budget, off, on] :
+       {std::tuple{0, 512, 1, 1}, std::tuple{256, 512, 257, 257}, std::tuple{0, 16384, 2, 4}}) {
     row("pc-off/8k", {r, 64, 8192, budget, true, false, false, 16, 0}, rounds, off);
     row("pc-on/8k4k", {r, 64, 8192, budget, true, false, true, 16, 256}, rounds, on);
   }
@@ -142,8 +152,9 @@ int main(int argc, char** argv) {
   // from the stage 1 scheduler issue (another machine, another run; see
   // reports/stage1-continuous-batching/report.md). A later side-by-side run found InfiniLM
   // 1.5-2.5x faster than these quotes, so they are no baseline for the column above.
-  fmt::print("\nquoted, not measured here: InfiniLM (Python) µs per call from the stage 1 scheduler issue,\n"
-             "another machine; a side-by-side run found InfiniLM 1.5-2.5x faster than these quotes\n");
+  fmt::print(
+      "\nquoted, not measured here: InfiniLM (Python) µs per call from the stage 1 scheduler issue,\n"
+      "another machine; a side-by-side run found InfiniLM 1.5-2.5x faster than these quotes\n");
   fmt::print("{:>8}{:>8}{:>16}{:>22}\n", "running", "waiting", "quoted_us", "quoted_sum_once_us");
   const struct {
     int running, waiting;

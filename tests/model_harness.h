@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "policies/plan.h"
 #include "core/rng.h"
+#include "policies/plan.h"
 
 namespace tandem::testing {
 
@@ -30,7 +30,8 @@ class StepHarness {
     for (auto& [s, n] : work) {
       grow(*s, s->computed + n);
       plan.add({0, n, s->computed, true, s->table}, s->computed + n);  // every step is a prompt chunk here
-      for (int32_t i = 0; i < n; ++i) plan.tokens.push_back(s->tokens.at(size_t(s->computed + i)));  // checked: a test bug throws
+      for (int32_t i = 0; i < n; ++i)
+        plan.tokens.push_back(s->tokens.at(size_t(s->computed + i)));  // checked: a test bug throws
     }
     std::vector<Token> sampled;
     std::vector<float> logits;

@@ -27,9 +27,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/request.h"
 #include "policies/block_hash.h"
 #include "policies/plan.h"
-#include "core/request.h"
 
 namespace tandem::testing {
 
@@ -52,11 +52,11 @@ struct RefSeq {
 
 // What happened in the cache, for coverage reports.
 struct RefCounters {
-  long hit_blocks = 0;        // blocks taken from the cache at admission
-  long hit_free_blocks = 0;   // ... of which nobody referenced (taken off the free list)
-  long hit_admissions = 0;    // admissions with at least one hit block
-  long capped_hits = 0;       // admissions whose hit stopped at the (prompt_len - 1) / bs cap
-  long published = 0;         // blocks published
+  long hit_blocks = 0;           // blocks taken from the cache at admission
+  long hit_free_blocks = 0;      // ... of which nobody referenced (taken off the free list)
+  long hit_admissions = 0;       // admissions with at least one hit block
+  long capped_hits = 0;          // admissions whose hit stopped at the (prompt_len - 1) / bs cap
+  long published = 0;            // blocks published
   long duplicate_publishes = 0;  // blocks not published because their hash was already known
   long evictions = 0;
   long refused_for_free_hits = 0;  // admissions refused only because hit blocks were on the free list
@@ -73,8 +73,9 @@ class ReferenceScheduler {
   bool add(ReqId id, std::vector<BlockHash> prompt_hashes = {}) {
     Request& r = reqs_[id];
     const long life = long(r.prompt_len) + r.max_output;
-    if (r.prompt_len < 1 || r.max_output < 1 || life > c_.max_model_len || ceil_div(life, c_.block_size) > c_.num_blocks ||
-        (!c_.chunked && r.prompt_len > c_.budget) || c_.state_slots == 0) {
+    if (r.prompt_len < 1 || r.max_output < 1 || life > c_.max_model_len ||
+        ceil_div(life, c_.block_size) > c_.num_blocks || (!c_.chunked && r.prompt_len > c_.budget) ||
+        c_.state_slots == 0) {
       r.status = RequestStatus::Failed;
       return false;
     }
@@ -201,7 +202,9 @@ class ReferenceScheduler {
       if (s.samples) ++r.generated;
       if (c_.prefix_caching && was_in_prompt) publish(s.id);
     }
-    auto cancelled = [&](ReqId id) { return std::find(pending_cancel_.begin(), pending_cancel_.end(), id) != pending_cancel_.end(); };
+    auto cancelled = [&](ReqId id) {
+      return std::find(pending_cancel_.begin(), pending_cancel_.end(), id) != pending_cancel_.end();
+    };
     bool batch_done = true;
     for (ReqId id : running_) batch_done = batch_done && (reqs_[id].generated >= reqs_[id].max_output || cancelled(id));
     std::vector<ReqId> left, keep;
@@ -286,8 +289,10 @@ class ReferenceScheduler {
     const std::vector<int>& t = tables_[id];
     for (auto it = t.rbegin(); it != t.rend(); ++it) {
       if (--ref_[*it] > 0) continue;
-      if (is_published(*it)) free_.push_back(*it);
-      else free_.push_front(*it);
+      if (is_published(*it))
+        free_.push_back(*it);
+      else
+        free_.push_front(*it);
     }
     tables_.erase(id);
     reserved_.erase(id);

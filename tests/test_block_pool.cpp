@@ -44,11 +44,11 @@ TEST_CASE("block pool: cached blocks are evicted least recently freed first; emp
   CHECK(p.allocate() == 4);
   CHECK(p.allocate() == 3);
   CHECK(p.num_evictions() == 0);  // empty blocks cost no eviction
-  CHECK(p.allocate() == 2);        // the least recently freed cached block
+  CHECK(p.allocate() == 2);       // the least recently freed cached block
   CHECK(p.num_evictions() == 1);
-  CHECK(p.find(H(2)) == -1);       // its hash is dropped...
+  CHECK(p.find(H(2)) == -1);  // its hash is dropped...
   CHECK_FALSE(p.is_published(2));
-  CHECK(p.find(H(0)) == 0);        // ... and only its
+  CHECK(p.find(H(0)) == 0);  // ... and only its
   CHECK(p.num_cached() == 2);
   CHECK(p.allocate() == 0);
   CHECK(p.allocate() == 1);
@@ -154,7 +154,7 @@ TEST_CASE("block pool: allocating when a private block is next in line reads no 
   REQUIRE(p.publish(a, kPrivateBlock));
   REQUIRE(p.publish(b, kPrivateBlock));
   p.release(a);
-  p.release(b);  // free list: a, b (both private, cached)
+  p.release(b);              // free list: a, b (both private, cached)
   CHECK(p.allocate() == a);  // evicts a; b is next in line
   CHECK(p.num_evictions() == 1);
   p.release(c);

@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "backend/cost_model.h"
+#include "core/rng.h"
 #include "sim/calibrate.h"
 #include "sim/config.h"
-#include "core/rng.h"
 
 using namespace tandem;
 

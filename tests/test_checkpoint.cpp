@@ -155,11 +155,11 @@ TEST_CASE("checkpoint: F16 round trip") {
   CHECK(f16_to_f32(0x3C00) == 1.0f);
   CHECK(f16_to_f32(0x7BFF) == 65504.0f);
   CHECK(f16_to_f32(0x0001) == 0x1p-24f);
-  CHECK(f32_to_f16(65519.0f) == 0x7BFF);   // below the midpoint to 2^16: largest finite
-  CHECK(f32_to_f16(65520.0f) == 0x7C00);   // the midpoint ties to even: inf
-  CHECK(f32_to_f16(0x1p-25f) == 0x0000);   // half the smallest subnormal ties to zero
+  CHECK(f32_to_f16(65519.0f) == 0x7BFF);  // below the midpoint to 2^16: largest finite
+  CHECK(f32_to_f16(65520.0f) == 0x7C00);  // the midpoint ties to even: inf
+  CHECK(f32_to_f16(0x1p-25f) == 0x0000);  // half the smallest subnormal ties to zero
   CHECK(f32_to_f16(0x1.8p-25f) == 0x0001);
-  CHECK(f32_to_f16(0x1.ffcp-15f) == 0x0400);  // subnormal rounding up into the smallest normal
+  CHECK(f32_to_f16(0x1.ffcp-15f) == 0x0400);     // subnormal rounding up into the smallest normal
   CHECK(f32_to_f16(1.0f + 0x1p-11f) == 0x3C00);  // tie to even
   CHECK(f32_to_f16(-0.0f) == 0x8000);
   CHECK(std::isnan(f16_to_f32(f32_to_f16(NAN))));
@@ -313,7 +313,9 @@ TEST_CASE("safetensors: writer rejects bad input") {
   CHECK(contains(error_of([&] { write_safetensors(dir / "x.safetensors", {{"a", ramp({2})}}, "I8"); }), "I8"));
   const std::string msg = error_of([&] { write_safetensors(dir / "x.safetensors", {{"a", {{2, 2}, {1.0f}}}}, "F32"); });
   CHECK(contains(msg, "'a'"));
-  CHECK(contains(error_of([&] { write_safetensors(dir / "x.safetensors", {{"a", ramp({1})}, {"a", ramp({1})}}, "F32"); }),
+  CHECK(contains(error_of([&] {
+                   write_safetensors(dir / "x.safetensors", {{"a", ramp({1})}, {"a", ramp({1})}}, "F32");
+                 }),
                  "'a'"));
 }
 
@@ -323,11 +325,17 @@ TEST_CASE("safetensors: tensors must tile the data buffer (no overlap, gap or tr
   TempDir dir;
   write_hf_config(dir.str(), tiny_config());
   const std::string file = dir / "model.safetensors";
-  write_raw(file, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12);
+  write_raw(
+      file,
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+      12);
   std::string msg = error_of([&] { Checkpoint ck(dir.str()); });
   CHECK(contains(msg, "'b'"));
   CHECK(contains(msg, "overlap"));
-  write_raw(file, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8);
+  write_raw(
+      file,
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+      8);
   CHECK(contains(error_of([&] { Checkpoint ck(dir.str()); }), "overlap"));  // the same bytes twice
   write_raw(file, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12);
   CHECK(contains(error_of([&] { Checkpoint ck(dir.str()); }), "gap"));
@@ -335,10 +343,16 @@ TEST_CASE("safetensors: tensors must tile the data buffer (no overlap, gap or tr
   msg = error_of([&] { Checkpoint ck(dir.str()); });
   CHECK(contains(msg, "1 bytes after the last tensor"));
   CHECK(contains(msg, file));
-  write_raw(file, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8);
+  write_raw(
+      file,
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+      8);
   CHECK(contains(error_of([&] { Checkpoint ck(dir.str()); }), "key 'a' appears twice"));
   // Out of order in the header, in order in the buffer; and an empty tensor: fine.
-  write_raw(file, R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},"e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12);
+  write_raw(
+      file,
+      R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},"e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+      12);
   CHECK(Checkpoint(dir.str()).names().size() == 3);
 }
 
@@ -348,12 +362,14 @@ TEST_CASE("checkpoint: config.json shape the model cannot run") {
   const auto with = [&](const std::string& extra, int hidden, int heads) {
     std::ofstream(dir / "config.json") << fmt::format(
         R"({{"hidden_size": {}, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": {},
-            "vocab_size": 32, "max_position_embeddings": 64{}}})", hidden, heads, extra);
+            "vocab_size": 32, "max_position_embeddings": 64{}}})",
+        hidden, heads, extra);
     return error_of([&] { Checkpoint ck(dir.str()); });
   };
   CHECK(contains(with("", 10, 4), "num_attention_heads (4) must divide hidden_size (10)"));
-  CHECK(contains(with(R"(, "num_key_value_heads": 3)", 12, 4), "num_key_value_heads (3) must divide num_attention_heads (4)"));
-  CHECK(contains(with("", 12, 4), "must be even"));  // head dim 3
+  CHECK(contains(with(R"(, "num_key_value_heads": 3)", 12, 4),
+                 "num_key_value_heads (3) must divide num_attention_heads (4)"));
+  CHECK(contains(with("", 12, 4), "must be even"));                  // head dim 3
   CHECK(contains(with(R"(, "head_dim": 4)", 16, 2), "'head_dim'"));  // 16 / 2 = 8
   CHECK(contains(with(R"(, "vocab_size": 64)", 8, 2), "key 'vocab_size' appears twice"));
   CHECK(contains(with(R"(, "rope_theta": 1e999)", 8, 2), "config.json"));  // out of double's range

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <string>
 
+#include "core/rng.h"
 #include "sim/config.h"
 #include "sim/prompt_hashes.h"
-#include "core/rng.h"
 #include "sim/traces.h"
 #include "sim/workload_gen.h"
 #include "tests/test_helpers.h"
@@ -67,19 +67,24 @@ TEST_CASE("wrong types and impossible values name the field") {
   CHECK(e.find("out of range") != std::string::npos);
   e = error_of(std::string(kBase) + "engine:\n  max_num_seqs: 2.5\n");
   CHECK(e.find("expected an integer") != std::string::npos);
-  e = error_of("model: llama3-8b\nhardware: h200\nrequests:\n  count: 5\n  arrival: {process: poisson, rate: -1}\n  prompt_len: 1\n  output_len: 1\n");
+  e = error_of(
+      "model: llama3-8b\nhardware: h200\nrequests:\n  count: 5\n  arrival: {process: poisson, rate: -1}\n  prompt_len: "
+      "1\n  output_len: 1\n");
   CHECK(e.find("requests.arrival.rate") != std::string::npos);
   e = error_of("model: llama9\nhardware: h200\n");
   CHECK(e.find("w.yaml:1:8") != std::string::npos);
   CHECK(e.find("unknown model preset 'llama9'") != std::string::npos);
-  e = error_of("model: llama3-8b\nhardware: h200\nrequests:\n  count: 5\n  arrival: {process: poisson, rate: 1}\n  prompt_len: {dist: uniform, min: 10, max: 5}\n  output_len: 1\n");
+  e = error_of(
+      "model: llama3-8b\nhardware: h200\nrequests:\n  count: 5\n  arrival: {process: poisson, rate: 1}\n  prompt_len: "
+      "{dist: uniform, min: 10, max: 5}\n  output_len: 1\n");
   CHECK(e.find("requests.prompt_len.max") != std::string::npos);
 }
 
 TEST_CASE("missing sections and broken YAML") {
   CHECK(error_of("model: llama3-8b\nhardware: h200\n").find("'requests': missing") != std::string::npos);
   CHECK(error_of("model: [llama3\n").find("w.yaml:") != std::string::npos);
-  CHECK(error_of("hardware: h200\nrequests: {trace: {format: azure, path: x.csv}}\n").find("'model': missing") != std::string::npos);
+  CHECK(error_of("hardware: h200\nrequests: {trace: {format: azure, path: x.csv}}\n").find("'model': missing") !=
+        std::string::npos);
 }
 
 TEST_CASE("--set overrides by dotted path; unknown keys and bad values are caught") {
@@ -113,7 +118,8 @@ TEST_CASE("CUDA backend knobs: defaults, values, bad values, and the resolved YA
 }
 
 TEST_CASE("inline model and hardware; divisibility checked") {
-  const std::string inl = R"(model: {layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn: 128, vocab: 100, max_model_len: 512, dtype: fp32}
+  const std::string inl =
+      R"(model: {layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn: 128, vocab: 100, max_model_len: 512, dtype: fp32}
 hardware: {peak_tflops: 1, mem_bandwidth_tbs: 0.1, step_overhead_us: 10, memory_gb: 1}
 engine: {num_kv_blocks: 77}
 requests: {count: 3, arrival: {process: constant, rate: 1}, prompt_len: 8, output_len: 8}
@@ -212,12 +218,14 @@ TEST_CASE("trace replay: azure across midnight, vidur, mooncake hash blocks, sca
   CHECK(s.requests[5].prompt_len == 2048);
   CHECK(s.requests[5].max_output == 300);
 
-  w = parse_workload(base + "vidur, path: ../traces/vidur_sample.csv, rate_scale: 2, time_scale: 3}\n", as_if_in_workloads_dir());
+  w = parse_workload(base + "vidur, path: ../traces/vidur_sample.csv, rate_scale: 2, time_scale: 3}\n",
+                     as_if_in_workloads_dir());
   s = generate_requests(w);
   REQUIRE(s.requests.size() == 4);
   CHECK(s.requests[3].arrival == from_seconds(2.25 * 3 / 2));
 
-  w = parse_workload(base + "vidur, path: ../traces/vidur_sample.csv, start_s: 0.5, duration_s: 1, limit: 5}\n", as_if_in_workloads_dir());
+  w = parse_workload(base + "vidur, path: ../traces/vidur_sample.csv, start_s: 0.5, duration_s: 1, limit: 5}\n",
+                     as_if_in_workloads_dir());
   s = generate_requests(w);
   REQUIRE(s.requests.size() == 2);  // rows at 0.5 and 0.75
   CHECK(s.requests[0].arrival == 0);
@@ -242,23 +250,26 @@ TEST_CASE("bad trace rows name file, line and column") {
   const std::string dir = tandem::testing::source_path("tests/data/");
   auto err = [&](const std::string& fmt_, const std::string& file) {
     try {
-      generate_requests(parse_workload("model: llama3-8b\nhardware: h200\nrequests:\n  trace: {format: " + fmt_ +
-                                           ", path: " + dir + file + "}\n", as_if_in_workloads_dir()));
+      generate_requests(parse_workload(
+          "model: llama3-8b\nhardware: h200\nrequests:\n  trace: {format: " + fmt_ + ", path: " + dir + file + "}\n",
+          as_if_in_workloads_dir()));
     } catch (const InputError& e) {
       return std::string(e.what());
     }
     return std::string();
   };
-  CHECK(err("azure", "bad_azure.csv").find("bad_azure.csv:3: column 'ContextTokens': expected a number, got 'abc'") != std::string::npos);
+  CHECK(err("azure", "bad_azure.csv").find("bad_azure.csv:3: column 'ContextTokens': expected a number, got 'abc'") !=
+        std::string::npos);
   CHECK(err("vidur", "bad_azure.csv").find("missing column 'arrived_at'") != std::string::npos);
   CHECK(err("mooncake", "bad_mooncake.jsonl").find("bad_mooncake.jsonl:2: field 'output_length'") != std::string::npos);
   CHECK(err("azure", "does_not_exist.csv").find("cannot open") != std::string::npos);
 }
 
 TEST_CASE("empirical lengths from one file are drawn as pairs") {
-  std::string y = "model: llama3-8b\nhardware: h200\nrequests:\n  count: 300\n  arrival: {process: burst}\n"
-                  "  prompt_len: {dist: empirical, path: ../traces/lengths_sample.csv}\n"
-                  "  output_len: {dist: empirical, path: ../traces/lengths_sample.csv}\n";
+  std::string y =
+      "model: llama3-8b\nhardware: h200\nrequests:\n  count: 300\n  arrival: {process: burst}\n"
+      "  prompt_len: {dist: empirical, path: ../traces/lengths_sample.csv}\n"
+      "  output_len: {dist: empirical, path: ../traces/lengths_sample.csv}\n";
   RequestSet s = generate_requests(parse_workload(y, as_if_in_workloads_dir()));
   int seen2000 = 0;
   for (const Request& r : s.requests) {
@@ -287,9 +298,9 @@ TEST_CASE("timestamps") {
   CHECK_FALSE(parse_timestamp("yesterday", a));
   // Issue #11: sscanf alone took these; the seconds are digits, the fields one space apart.
   for (const char* bad : {"2023-11-16 18:15:nan", "2023-11-16 18:15:NAN", "2023-11-16 18:15:inf", "2023-11-16 18:15:+1",
-                          "2023-11-16 18:15:-0", "2023-11-16 18:15:0x10", "2023-11-16 18:15:1e1", "2023-11-16  18:15:46",
-                          " 2023-11-16 18:15:46", "+2023-11-16 18:15:46", "2023-11-16 18:15:46.", "2023-11-16 18:15:46 ",
-                          "2023-11-16T18:15:46", ""})
+                          "2023-11-16 18:15:-0", "2023-11-16 18:15:0x10", "2023-11-16 18:15:1e1",
+                          "2023-11-16  18:15:46", " 2023-11-16 18:15:46", "+2023-11-16 18:15:46",
+                          "2023-11-16 18:15:46.", "2023-11-16 18:15:46 ", "2023-11-16T18:15:46", ""})
     CHECK_FALSE(parse_timestamp(bad, a));
   CHECK(parse_timestamp("2023-1-6 8:5:6.25", a));
 }
@@ -298,8 +309,8 @@ TEST_CASE("chunked prefill knobs: defaults, the resolved YAML round trip, and ba
   Workload w = parse_workload(kBase, "w.yaml");
   CHECK(w.engine.enable_chunked_prefill);  // on by default, as in vLLM v1
   CHECK(w.engine.max_num_partial_prefills == 1);
-  Workload off = parse_workload(kBase, "w.yaml", {{"engine.enable_chunked_prefill", "false"},
-                                                   {"engine.max_num_partial_prefills", "3"}});
+  Workload off = parse_workload(kBase, "w.yaml",
+                                {{"engine.enable_chunked_prefill", "false"}, {"engine.max_num_partial_prefills", "3"}});
   CHECK_FALSE(off.engine.enable_chunked_prefill);
   CHECK(off.engine.max_num_partial_prefills == 3);
   const Workload back = parse_workload(to_yaml(off), "resolved.yaml");
@@ -310,15 +321,18 @@ TEST_CASE("chunked prefill knobs: defaults, the resolved YAML round trip, and ba
   CHECK_MESSAGE(e.find("w.yaml:10:") != std::string::npos, e);
   CHECK_MESSAGE(e.find("'engine.max_num_batched_tokens'") != std::string::npos, e);
   CHECK_MESSAGE(e.find("at least one block (16 tokens)") != std::string::npos, e);
-  CHECK(error_of(std::string(kBase) + "engine:\n  max_num_batched_tokens: 8\n  enable_chunked_prefill: false\n").empty());
+  CHECK(
+      error_of(std::string(kBase) + "engine:\n  max_num_batched_tokens: 8\n  enable_chunked_prefill: false\n").empty());
   e = error_of(kBase, {{"engine.block_size", "32"}, {"engine.max_num_batched_tokens", "31"}});
   CHECK_MESSAGE(e.find("engine.max_num_batched_tokens") != std::string::npos, e);
   e = error_of(std::string(kBase) + "engine:\n  max_num_partial_prefills: 0\n");
   CHECK_MESSAGE(e.find("'engine.max_num_partial_prefills'") != std::string::npos, e);
   e = error_of(kBase, {{"engine.enable_chunked_prefill", "maybe"}});
   CHECK_MESSAGE(e.find("engine.enable_chunked_prefill") != std::string::npos, e);
-  CHECK(parse_workload("model: llama3.1-8b\nhardware: h200\nrequests: {count: 1, arrival: {process: burst}, prompt_len: 100000, "
-                       "output_len: 10}\n", "w.yaml")
+  CHECK(parse_workload(
+            "model: llama3.1-8b\nhardware: h200\nrequests: {count: 1, arrival: {process: burst}, prompt_len: 100000, "
+            "output_len: 10}\n",
+            "w.yaml")
             .model.max_model_len == 131072);
 }
 
@@ -326,7 +340,8 @@ TEST_CASE("prefix caching knobs: on by default, the resolved YAML round trip, ba
   Workload w = parse_workload(kBase, "w.yaml");
   CHECK(w.engine.enable_prefix_caching);  // on by default, as in vLLM v1
   CHECK(w.engine.block_size == 16);
-  Workload off = parse_workload(kBase, "w.yaml", {{"engine.enable_prefix_caching", "false"}, {"engine.block_size", "32"}});
+  Workload off =
+      parse_workload(kBase, "w.yaml", {{"engine.enable_prefix_caching", "false"}, {"engine.block_size", "32"}});
   CHECK_FALSE(off.engine.enable_prefix_caching);
   const Workload back = parse_workload(to_yaml(off), "resolved.yaml");
   CHECK_FALSE(back.engine.enable_prefix_caching);
@@ -341,7 +356,8 @@ TEST_CASE("prefix caching knobs: on by default, the resolved YAML round trip, ba
     CHECK_MESSAGE(e.find("engine.block_size") != std::string::npos, bad, ": ", e);
   }
   // shared_prefix.prepend puts the group prefix before the drawn prompt: prompt = prefix + drawn.
-  const Workload p = parse_workload(std::string(kBase) + "  shared_prefix: {groups: 2, prefix_len: 64, prepend: true}\n", "w.yaml");
+  const Workload p =
+      parse_workload(std::string(kBase) + "  shared_prefix: {groups: 2, prefix_len: 64, prepend: true}\n", "w.yaml");
   CHECK(p.requests.shared_prefix.prepend);
   const RequestSet set = generate_requests(p);
   for (const Request& r : set.requests) {
@@ -353,7 +369,8 @@ TEST_CASE("prefix caching knobs: on by default, the resolved YAML round trip, ba
   e = error_of(std::string(kBase) + "  shared_prefix: {groups: 2, prefix_len: 64, prepend: often}\n");
   CHECK_MESSAGE(e.find("'requests.shared_prefix.prepend'") != std::string::npos, e);
   e = error_of("seed: 1\nmodel: llama3-8b\nhardware: h200\nrequests:\n  trace: {format: mooncake, path: \"" +
-               tandem::testing::source_path("traces/mooncake_sample.jsonl") + "\"}\n  shared_prefix: {groups: 1, prefix_len: 8, prepend: true}\n");
+               tandem::testing::source_path("traces/mooncake_sample.jsonl") +
+               "\"}\n  shared_prefix: {groups: 1, prefix_len: 8, prepend: true}\n");
   CHECK_MESSAGE(e.find("'requests.shared_prefix.prepend'") != std::string::npos, e);
   CHECK_MESSAGE(e.find("mooncake") != std::string::npos, e);
 }
@@ -390,7 +407,9 @@ TEST_CASE("prompt token ids: the run-at-a-time fill equals the per-position form
       for (int32_t pos = 0; pos < r.prompt_len; ++pos) {
         uint64_t h;
         if (pos / 8 < int32_t(r.hash_ids_count))
-          h = hash_combine(hash_combine(seed ^ 0x6d6f6f6eULL, uint64_t(set.hash_ids[r.hash_ids_begin + uint32_t(pos / 8)])), uint64_t(pos % 8));
+          h = hash_combine(
+              hash_combine(seed ^ 0x6d6f6f6eULL, uint64_t(set.hash_ids[r.hash_ids_begin + uint32_t(pos / 8)])),
+              uint64_t(pos % 8));
         else if (r.prefix_group >= 0 && pos < r.prefix_len)
           h = hash_combine(hash_combine(seed ^ 0x67726f7570ULL, uint64_t(r.prefix_group)), uint64_t(pos));
         else

@@ -208,7 +208,7 @@ TEST_CASE("cuda kernels: rope_store_kv rotates q and k and scatters k and v into
     for (int32_t& p : positions) p = int32_t(rng.uniform_int(0, m.max_model_len - 1));
     positions[0] = 0;
     positions[1] = m.max_model_len - 1;
-    const std::vector<int32_t> perm = shuffled(rng, num_slots);  // distinct, scattered slots
+    const std::vector<int32_t> perm = shuffled(rng, num_slots);                            // distinct, scattered slots
     for (int64_t t = 0; t < T; ++t) slots[size_t(t)] = t % 5 == 3 ? -1 : perm[size_t(t)];  // every 5th row: padding
 
     DeviceBuffer<float> d_qkv = upload(qkv0);
@@ -396,10 +396,10 @@ std::vector<std::vector<bf16>> attend(bool mma, const KvHost& kv, const DeviceBu
   for (size_t s = 0; s < seqs.size(); ++s) {
     const AttnSeq& q = *seqs[s];
     std::copy(q.table.begin(), q.table.end(), tables.begin() + std::ptrdiff_t(s * width));
-    for (int64_t i = 0; i < q.n; ++i)
-      std::copy_n(&q.q[size_t(i * w)], size_t(w), &qkv[size_t((t0 + i) * stride)]);
+    for (int64_t i = 0; i < q.n; ++i) std::copy_n(&q.q[size_t(i * w)], size_t(w), &qkv[size_t((t0 + i) * stride)]);
     for (int32_t i0 = 0; i0 < q.n; i0 += tile_tokens)
-      tiles.push_back(tc::AttentionTile{int32_t(s), int32_t(t0 + i0), std::min(tile_tokens, q.n - i0), q.n_before + i0});
+      tiles.push_back(
+          tc::AttentionTile{int32_t(s), int32_t(t0 + i0), std::min(tile_tokens, q.n - i0), q.n_before + i0});
     t0 += q.n;
   }
   tiles.push_back(tc::AttentionTile{int32_t(tiles.size()), 0, 0, 0});  // padding: must do nothing
@@ -440,67 +440,68 @@ std::vector<std::vector<bf16>> attend(bool mma, const KvHost& kv, const DeviceBu
 TEST_CASE("cuda kernels: paged_attention (CUDA cores and tensor cores) vs float64, batch and chunk invariance") {
   Rng rng(404);
   for (const bool mma : {false, true})
-  for (const AttnCfg c : {AttnCfg{8, 2, 128}, AttnCfg{12, 4, 64}, AttnCfg{8, 8, 32}, AttnCfg{16, 1, 32}}) {
-    CAPTURE(mma);
-    CAPTURE(c.hd);
-    CAPTURE(c.heads);
-    CAPTURE(c.kv_heads);
-    REQUIRE(tc::attention_supports_head_dim(c.hd));
-    KvHost kv(c, 96, rng);
-    const auto make_seq = [&](int32_t n_before, int32_t n) {
-      AttnSeq s;
-      s.table = kv.allocate(n_before + n, rng);
-      s.n_before = n_before;
-      s.n = n;
-      s.q = random_floats(rng, size_t(int64_t(n) * c.q_width()), -2.0, 2.0);
-      return s;
-    };
-    const int32_t decode_context = int32_t(rng.uniform_int(1, 300));
-    const AttnSeq decode = make_seq(decode_context - 1, 1);
-    const AttnSeq decode_first = make_seq(0, 1);   // context 1
-    const AttnSeq decode_65 = make_seq(64, 1);     // first key of the second key tile
-    const AttnSeq chunk = make_seq(37, 50);        // a prefill chunk over a cached prefix
-    const AttnSeq prefill = make_seq(0, 130);      // a whole prompt
-    const AttnSeq prompt = make_seq(0, 100);       // for the chunking checks
-    const DeviceBuffer<bf16> d_k = upload(kv.k), d_v = upload(kv.v);
-    MESSAGE((mma ? "mma" : "simt"), " hd ", c.hd, " heads ", c.heads, " kv ", c.kv_heads, ": decode context ", decode_context);
+    for (const AttnCfg c : {AttnCfg{8, 2, 128}, AttnCfg{12, 4, 64}, AttnCfg{8, 8, 32}, AttnCfg{16, 1, 32}}) {
+      CAPTURE(mma);
+      CAPTURE(c.hd);
+      CAPTURE(c.heads);
+      CAPTURE(c.kv_heads);
+      REQUIRE(tc::attention_supports_head_dim(c.hd));
+      KvHost kv(c, 96, rng);
+      const auto make_seq = [&](int32_t n_before, int32_t n) {
+        AttnSeq s;
+        s.table = kv.allocate(n_before + n, rng);
+        s.n_before = n_before;
+        s.n = n;
+        s.q = random_floats(rng, size_t(int64_t(n) * c.q_width()), -2.0, 2.0);
+        return s;
+      };
+      const int32_t decode_context = int32_t(rng.uniform_int(1, 300));
+      const AttnSeq decode = make_seq(decode_context - 1, 1);
+      const AttnSeq decode_first = make_seq(0, 1);  // context 1
+      const AttnSeq decode_65 = make_seq(64, 1);    // first key of the second key tile
+      const AttnSeq chunk = make_seq(37, 50);       // a prefill chunk over a cached prefix
+      const AttnSeq prefill = make_seq(0, 130);     // a whole prompt
+      const AttnSeq prompt = make_seq(0, 100);      // for the chunking checks
+      const DeviceBuffer<bf16> d_k = upload(kv.k), d_v = upload(kv.v);
+      MESSAGE((mma ? "mma" : "simt"), " hd ", c.hd, " heads ", c.heads, " kv ", c.kv_heads, ": decode context ",
+              decode_context);
 
-    // All together in one launch, against the reference.
-    const std::vector<const AttnSeq*> together{&decode, &chunk, &decode_first, &prefill, &decode_65};
-    const std::vector<std::vector<bf16>> out = attend(mma, kv, d_k, d_v, together);
-    const std::string names[] = {"decode", "chunk", "decode_first", "prefill", "decode_65"};
-    for (size_t s = 0; s < together.size(); ++s) {
-      const double rel = rel_err(out[s], attention_ref(kv, *together[s]));
-      CHECK_MESSAGE(rel <= 1e-2, names[s], " rel ", rel);
-    }
+      // All together in one launch, against the reference.
+      const std::vector<const AttnSeq*> together{&decode, &chunk, &decode_first, &prefill, &decode_65};
+      const std::vector<std::vector<bf16>> out = attend(mma, kv, d_k, d_v, together);
+      const std::string names[] = {"decode", "chunk", "decode_first", "prefill", "decode_65"};
+      for (size_t s = 0; s < together.size(); ++s) {
+        const double rel = rel_err(out[s], attention_ref(kv, *together[s]));
+        CHECK_MESSAGE(rel <= 1e-2, names[s], " rel ", rel);
+      }
 
-    // Batch invariance: each sequence alone gives the same bits as in the mixed launch.
-    for (size_t s = 0; s < together.size(); ++s) {
-      const std::vector<std::vector<bf16>> alone = attend(mma, kv, d_k, d_v, {together[s]});
-      CHECK_MESSAGE(same_bits(alone[0].data(), out[s].data(), out[s].size()), names[s], " alone != together");
-    }
+      // Batch invariance: each sequence alone gives the same bits as in the mixed launch.
+      for (size_t s = 0; s < together.size(); ++s) {
+        const std::vector<std::vector<bf16>> alone = attend(mma, kv, d_k, d_v, {together[s]});
+        CHECK_MESSAGE(same_bits(alone[0].data(), out[s].data(), out[s].size()), names[s], " alone != together");
+      }
 
-    // Chunk invariance: the prompt at once == in two chunks == as single-token steps.
-    const std::vector<bf16> once = attend(mma, kv, d_k, d_v, {&prompt})[0];
-    const double rel_once = rel_err(once, attention_ref(kv, prompt));
-    CHECK_MESSAGE(rel_once <= 1e-2, "prompt rel ", rel_once);
-    const size_t w = size_t(c.q_width());
-    const AttnSeq first = slice(prompt, 0, 37, c), second = slice(prompt, 37, 63, c);
-    const std::vector<bf16> out_first = attend(mma, kv, d_k, d_v, {&first})[0];
-    const std::vector<bf16> out_second = attend(mma, kv, d_k, d_v, {&second})[0];
-    CHECK(same_bits(out_first.data(), once.data(), 37 * w));
-    CHECK(same_bits(out_second.data(), once.data() + 37 * w, 63 * w));
-    // The second chunk next to a decode, in the other order.
-    const std::vector<std::vector<bf16>> mixed = attend(mma, kv, d_k, d_v, {&decode, &second});
-    CHECK(same_bits(mixed[1].data(), once.data() + 37 * w, 63 * w));
-    CHECK(same_bits(mixed[0].data(), out[0].data(), w));
-    for (const int32_t pos : {0, 1, 15, 16, 63, 64, 65, 99}) {
-      CAPTURE(pos);
-      const AttnSeq step = slice(prompt, pos, 1, c);
-      const std::vector<bf16> one = attend(mma, kv, d_k, d_v, {&step})[0];
-      CHECK(same_bits(one.data(), once.data() + size_t(pos) * w, w));
+      // Chunk invariance: the prompt at once == in two chunks == as single-token steps.
+      const std::vector<bf16> once = attend(mma, kv, d_k, d_v, {&prompt})[0];
+      const double rel_once = rel_err(once, attention_ref(kv, prompt));
+      CHECK_MESSAGE(rel_once <= 1e-2, "prompt rel ", rel_once);
+      const size_t w = size_t(c.q_width());
+      const AttnSeq first = slice(prompt, 0, 37, c), second = slice(prompt, 37, 63, c);
+      const std::vector<bf16> out_first = attend(mma, kv, d_k, d_v, {&first})[0];
+      const std::vector<bf16> out_second = attend(mma, kv, d_k, d_v, {&second})[0];
+      CHECK(same_bits(out_first.data(), once.data(), 37 * w));
+      CHECK(same_bits(out_second.data(), once.data() + 37 * w, 63 * w));
+      // The second chunk next to a decode, in the other order.
+      const std::vector<std::vector<bf16>> mixed = attend(mma, kv, d_k, d_v, {&decode, &second});
+      CHECK(same_bits(mixed[1].data(), once.data() + 37 * w, 63 * w));
+      CHECK(same_bits(mixed[0].data(), out[0].data(), w));
+      for (const int32_t pos : {0, 1, 15, 16, 63, 64, 65, 99}) {
+        CAPTURE(pos);
+        const AttnSeq step = slice(prompt, pos, 1, c);
+        const std::vector<bf16> one = attend(mma, kv, d_k, d_v, {&step})[0];
+        CHECK(same_bits(one.data(), once.data() + size_t(pos) * w, w));
+      }
     }
-  }
 }
 
 TEST_CASE("cuda kernels: swiglu") {
@@ -633,7 +634,8 @@ std::vector<double> to_double(const std::vector<bf16>& v) {
 }
 
 // Y = X W^T in float64 on the same bf16 values.
-std::vector<double> gemm_ref(const std::vector<double>& X, int64_t T, int64_t K, const std::vector<double>& W, int64_t N) {
+std::vector<double> gemm_ref(const std::vector<double>& X, int64_t T, int64_t K, const std::vector<double>& W,
+                             int64_t N) {
   std::vector<double> Y(size_t(T * N));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t n = 0; n < N; ++n) {
@@ -647,8 +649,8 @@ std::vector<double> gemm_ref(const std::vector<double>& X, int64_t T, int64_t K,
 }
 
 // Y_T (poisoned first) for the first T rows of X.
-std::vector<float> run_gemm(tc::Gemm& gemm, const DeviceBuffer<bf16>& X, int64_t T, int64_t K, const DeviceBuffer<bf16>& W,
-                            int64_t N) {
+std::vector<float> run_gemm(tc::Gemm& gemm, const DeviceBuffer<bf16>& X, int64_t T, int64_t K,
+                            const DeviceBuffer<bf16>& W, int64_t N) {
   DeviceBuffer<float> Y(size_t(T * N));
   poison(Y);
   gemm.run(X.get(), T, K, W.get(), N, Y.get(), kStream);
@@ -711,7 +713,8 @@ TEST_CASE("cuda gemm: deterministic mode is batch-invariant (fast mode: reported
       CHECK(count_nonfinite(Y) == 0);
       if (!same_bits(Y.data(), fast_full.data(), Y.size())) differ.append(1, ' ').append(std::to_string(T));
     }
-    MESSAGE("fast mode, N ", sh.N, " K ", sh.K, ": rows differ from T=1024 at T =", differ.empty() ? " (none)" : differ);
+    MESSAGE("fast mode, N ", sh.N, " K ", sh.K,
+            ": rows differ from T=1024 at T =", differ.empty() ? " (none)" : differ);
   }
 }
 
@@ -745,7 +748,8 @@ TEST_CASE("cuda kernels: fill_uniform range, statistics and tensor-parallel shar
   const double expected_var = double(scale) * double(scale) / 3.0;
   MESSAGE("fill_uniform: min ", mn, " max ", mx, " mean ", mean, " var ", var, " (uniform: ", expected_var, ")");
   CHECK(outside == 0);
-  WARN_MESSAGE(at_or_above_scale == 0, at_or_above_scale, " values round to >= scale (bf16 rounding of values near scale)");
+  WARN_MESSAGE(at_or_above_scale == 0, at_or_above_scale,
+               " values round to >= scale (bf16 rounding of values near scale)");
   CHECK(mx - mn > 1.5 * double(scale));  // not all equal: spread over the range
   CHECK(std::abs(mean) < 0.01 * double(scale));
   CHECK(std::abs(var / expected_var - 1.0) < 0.05);
@@ -754,8 +758,8 @@ TEST_CASE("cuda kernels: fill_uniform range, statistics and tensor-parallel shar
   struct Shard {
     int64_t r, c, row0, col0;
   };
-  for (const Shard s : {Shard{200, 300, 100, 400}, Shard{rows, cols / 2, 0, cols / 2}, Shard{rows / 4, cols, 3 * rows / 4, 0},
-                        Shard{1, 1, rows - 1, cols - 1}}) {
+  for (const Shard s : {Shard{200, 300, 100, 400}, Shard{rows, cols / 2, 0, cols / 2},
+                        Shard{rows / 4, cols, 3 * rows / 4, 0}, Shard{1, 1, rows - 1, cols - 1}}) {
     CAPTURE(s.r);
     CAPTURE(s.c);
     CAPTURE(s.row0);
@@ -763,8 +767,7 @@ TEST_CASE("cuda kernels: fill_uniform range, statistics and tensor-parallel shar
     const std::vector<bf16> part = fill(s.r, s.c, s.row0, s.col0, seed, id);
     size_t wrong_rows = 0;
     for (int64_t i = 0; i < s.r; ++i)
-      wrong_rows +=
-          same_bits(&part[size_t(i * s.c)], &full[size_t((s.row0 + i) * cols + s.col0)], size_t(s.c)) ? 0 : 1;
+      wrong_rows += same_bits(&part[size_t(i * s.c)], &full[size_t((s.row0 + i) * cols + s.col0)], size_t(s.c)) ? 0 : 1;
     CHECK(wrong_rows == 0);
   }
 
@@ -777,7 +780,8 @@ TEST_CASE("cuda kernels against their CPU twins (backend/cpu): rms_norm, gemm_nt
   Rng rng(515);
   const int64_t T = 9, h = 1000, N = 333;
   // RMSNorm: the CPU model's rms_norm on the same fp32 rows and weights.
-  const std::vector<float> x = random_floats(rng, size_t(T * h), -2.0, 2.0), w = random_floats(rng, size_t(h), 0.5, 1.5);
+  const std::vector<float> x = random_floats(rng, size_t(T * h), -2.0, 2.0),
+                           w = random_floats(rng, size_t(h), 0.5, 1.5);
   DeviceBuffer<float> d_x = upload(x);
   const DeviceBuffer<float> d_w = upload(w);
   DeviceBuffer<bf16> d_out(size_t(T * h));
@@ -794,7 +798,8 @@ TEST_CASE("cuda kernels against their CPU twins (backend/cpu): rms_norm, gemm_nt
   const double norm_err = rel_err(download(d_out), cpu_norm);
   CHECK_MESSAGE(norm_err <= 1e-2, "rms_norm vs CPU rel ", norm_err);
   // GEMM: cpu::gemm_nt in fp32 on the same bf16 values.
-  const std::vector<bf16> xb = random_bf16(rng, size_t(T * h), -1.0, 1.0), wb = random_bf16(rng, size_t(N * h), -0.1, 0.1);
+  const std::vector<bf16> xb = random_bf16(rng, size_t(T * h), -1.0, 1.0),
+                          wb = random_bf16(rng, size_t(N * h), -0.1, 0.1);
   std::vector<float> xf(xb.size()), wf(wb.size()), yc(size_t(T * N));
   std::transform(xb.begin(), xb.end(), xf.begin(), to_f);
   std::transform(wb.begin(), wb.end(), wf.begin(), to_f);
@@ -819,7 +824,8 @@ TEST_CASE("cuda kernels against their CPU twins (backend/cpu): rms_norm, gemm_nt
     for (int64_t i = 0; i < ffn; ++i) a[size_t(i)] = -gu[size_t(t * 2 * ffn + i)];
     tandem::cpu::exp_inplace(a.data(), ffn);
     for (int64_t i = 0; i < ffn; ++i)
-      cpu_act[size_t(t * ffn + i)] = gu[size_t(t * 2 * ffn + i)] / (1.0f + a[size_t(i)]) * gu[size_t(t * 2 * ffn + ffn + i)];
+      cpu_act[size_t(t * ffn + i)] =
+          gu[size_t(t * 2 * ffn + i)] / (1.0f + a[size_t(i)]) * gu[size_t(t * 2 * ffn + ffn + i)];
   }
   const double act_err = rel_err(download(d_act), cpu_act);
   CHECK_MESSAGE(act_err <= 1e-2, "swiglu vs CPU rel ", act_err);
@@ -841,7 +847,8 @@ TEST_CASE("cuda gemm: the own tensor-core GEMM (deterministic fallback) is right
     for (int64_t t = 0; t < kRows; ++t)
       for (int64_t n = 0; n < sh.N; ++n) {
         double acc = 0;
-        for (int64_t k = 0; k < sh.K; ++k) acc += as_double(X[size_t(t * sh.K + k)]) * as_double(W[size_t(n * sh.K + k)]);
+        for (int64_t k = 0; k < sh.K; ++k)
+          acc += as_double(X[size_t(t * sh.K + k)]) * as_double(W[size_t(n * sh.K + k)]);
         ref[size_t(t * sh.N + n)] = acc;
       }
     const double rel = rel_err(full, ref);

@@ -18,10 +18,10 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/nccl_communicator.h"
 #include "backend/cuda/poison.h"
+#include "core/rng.h"
 #include "sim/clock.h"
 #include "sim/config.h"
 #include "sim/engine.h"
-#include "core/rng.h"
 #include "sim/workload_gen.h"
 #include "tests/model_harness.h"
 #include "tests/small_models.h"
@@ -103,70 +103,73 @@ double logits_rel_err(const ModelSpec& m, const cuda::CudaModelOptions& a, const
 
 TEST_CASE("CUDA model vs the CPU twin: logits within bf16 tolerance over a prefill and 12 decode steps") {
   for (const auto kernel : kAttentionKernels)
-  for (const ModelSpec& m : {bf16_model(4, 2, 256), bf16_model(4, 1, 512)}) {
-    const cpu::LlamaWeights w = bf16_weights(m, 5);
-    cpu::LlamaModel ref(m, w, 256, 16);
-    cuda::CudaModel gpu(m, &w, 0, 256, 16, opts(true, 1, false, kernel));
-    Harness<cpu::LlamaModel> hc(ref);
-    Harness<cuda::CudaModel> hg(gpu);
-    Rng rng(17);
-    Seq sc{random_tokens(rng, 70, m.vocab), {}, 0};
-    Seq sg = sc;
-    int agree = 0;
-    double worst = 0;
-    for (int step = 0; step < 13; ++step) {
-      const int32_t n = step == 0 ? 70 : 1;
-      const auto lc = hc.step({{&sc, n}})[0];
-      const auto lg = hg.step({{&sg, n}})[0];
-      worst = std::max(worst, rel_err(lg, lc));
-      const auto am = [](const std::vector<float>& v) { return Token(std::max_element(v.begin(), v.end()) - v.begin()); };
-      agree += am(lc) == am(lg);
-      sc.tokens.push_back(am(lc));  // both continue with the CPU's token
-      sg.tokens.push_back(am(lc));
+    for (const ModelSpec& m : {bf16_model(4, 2, 256), bf16_model(4, 1, 512)}) {
+      const cpu::LlamaWeights w = bf16_weights(m, 5);
+      cpu::LlamaModel ref(m, w, 256, 16);
+      cuda::CudaModel gpu(m, &w, 0, 256, 16, opts(true, 1, false, kernel));
+      Harness<cpu::LlamaModel> hc(ref);
+      Harness<cuda::CudaModel> hg(gpu);
+      Rng rng(17);
+      Seq sc{random_tokens(rng, 70, m.vocab), {}, 0};
+      Seq sg = sc;
+      int agree = 0;
+      double worst = 0;
+      for (int step = 0; step < 13; ++step) {
+        const int32_t n = step == 0 ? 70 : 1;
+        const auto lc = hc.step({{&sc, n}})[0];
+        const auto lg = hg.step({{&sg, n}})[0];
+        worst = std::max(worst, rel_err(lg, lc));
+        const auto am = [](const std::vector<float>& v) {
+          return Token(std::max_element(v.begin(), v.end()) - v.begin());
+        };
+        agree += am(lc) == am(lg);
+        sc.tokens.push_back(am(lc));  // both continue with the CPU's token
+        sg.tokens.push_back(am(lc));
+      }
+      MESSAGE(name(kernel), " attention, head_dim ", m.head_dim(), ", group ", m.heads / m.kv_heads,
+              ": worst logits rel err ", worst, ", argmax agrees ", agree, "/13");
+      CHECK(worst < 2e-2);
+      CHECK(agree >= 11);  // near-ties may flip under bf16 activations
     }
-    MESSAGE(name(kernel), " attention, head_dim ", m.head_dim(), ", group ", m.heads / m.kv_heads, ": worst logits rel err ", worst, ", argmax agrees ",
-            agree, "/13");
-    CHECK(worst < 2e-2);
-    CHECK(agree >= 11);  // near-ties may flip under bf16 activations
-  }
 }
 
 TEST_CASE("contract on the GPU: alone == batched, at once == chunked, computed prefix == shared blocks (bit for bit)") {
   for (const auto kernel : kAttentionKernels) {
-  CAPTURE(name(kernel));
-  const ModelSpec m = bf16_model(4, 1, 512);
-  cuda::CudaModel gpu(m, nullptr, 9, 512, 16, opts(true, 1, false, kernel));
-  Harness<cuda::CudaModel> h(gpu);
-  Rng rng(23);
-  const auto prompt = random_tokens(rng, 150, m.vocab);
-  Seq alone{prompt, {}, 0};
-  const auto ref = h.step({{&alone, 150}})[0];
-  // (a) batched with random others, prefills and decodes mixed.
-  {
-    Seq other{random_tokens(rng, 300, m.vocab), {}, 0}, dec{random_tokens(rng, 40, m.vocab), {}, 0};
-    h.step({{&dec, 39}});
-    Seq again{prompt, {}, 0};
-    const auto out = h.step({{&other, 211}, {&again, 150}, {&dec, 1}});
-    CHECK_MESSAGE(same_bits(out[1], ref), "batched with a prefill and a decode");
-  }
-  // (b) chunks of 1, 7, 16, 100: the last chunk's logits.
-  for (const int32_t chunk : {1, 7, 16, 100}) {
-    Seq s{prompt, {}, 0};
-    std::vector<float> last;
-    while (s.computed < 150) last = h.step({{&s, std::min(chunk, 150 - s.computed)}})[0];
-    CHECK_MESSAGE(same_bits(last, ref), "chunks of ", chunk);
-  }
-  // (c) the first 96 tokens' blocks taken from another sequence (as the prefix cache would).
-  {
-    Seq donor{prompt, {}, 0};
-    h.step({{&donor, 96}});
-    Seq s{prompt, {donor.table.begin(), donor.table.begin() + 6}, 96};
-    CHECK_MESSAGE(same_bits(h.step({{&s, 54}})[0], ref), "shared prefix blocks");
-  }
+    CAPTURE(name(kernel));
+    const ModelSpec m = bf16_model(4, 1, 512);
+    cuda::CudaModel gpu(m, nullptr, 9, 512, 16, opts(true, 1, false, kernel));
+    Harness<cuda::CudaModel> h(gpu);
+    Rng rng(23);
+    const auto prompt = random_tokens(rng, 150, m.vocab);
+    Seq alone{prompt, {}, 0};
+    const auto ref = h.step({{&alone, 150}})[0];
+    // (a) batched with random others, prefills and decodes mixed.
+    {
+      Seq other{random_tokens(rng, 300, m.vocab), {}, 0}, dec{random_tokens(rng, 40, m.vocab), {}, 0};
+      h.step({{&dec, 39}});
+      Seq again{prompt, {}, 0};
+      const auto out = h.step({{&other, 211}, {&again, 150}, {&dec, 1}});
+      CHECK_MESSAGE(same_bits(out[1], ref), "batched with a prefill and a decode");
+    }
+    // (b) chunks of 1, 7, 16, 100: the last chunk's logits.
+    for (const int32_t chunk : {1, 7, 16, 100}) {
+      Seq s{prompt, {}, 0};
+      std::vector<float> last;
+      while (s.computed < 150) last = h.step({{&s, std::min(chunk, 150 - s.computed)}})[0];
+      CHECK_MESSAGE(same_bits(last, ref), "chunks of ", chunk);
+    }
+    // (c) the first 96 tokens' blocks taken from another sequence (as the prefix cache would).
+    {
+      Seq donor{prompt, {}, 0};
+      h.step({{&donor, 96}});
+      Seq s{prompt, {donor.table.begin(), donor.table.begin() + 6}, 96};
+      CHECK_MESSAGE(same_bits(h.step({{&s, 54}})[0], ref), "shared prefix blocks");
+    }
   }
 }
 
-TEST_CASE("the own tensor-core GEMM (deterministic fallback) in the model: CPU twin within tolerance, contract bit for bit") {
+TEST_CASE(
+    "the own tensor-core GEMM (deterministic fallback) in the model: CPU twin within tolerance, contract bit for bit") {
   const ModelSpec m = bf16_model(4, 1, 512);
   const cpu::LlamaWeights w = bf16_weights(m, 8);
   cuda::CudaModelOptions o = opts();
@@ -265,47 +268,55 @@ std::vector<std::vector<Token>> golden_on_gpu(const std::vector<Override>& overr
 
 TEST_CASE("golden on the GPU: static vs continuous, CUDA Graphs on and off, token-identical (each attention kernel)") {
   for (const auto kernel : kAttentionKernels) {
-  CAPTURE(name(kernel));
-  const auto base = golden_on_gpu({kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, false, nullptr, kernel);
-  size_t tokens = 0;
-  for (const auto& o : base) tokens += o.size();
-  MESSAGE("baseline (static, eager): ", base.size(), " requests, ", tokens, " output tokens");
-  struct Run {
-    std::string label;
-    std::vector<Override> overrides;
-    bool graphs;
-  };
-  const std::vector<Run> runs = {
-      {"static, graphs on", {kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, true},
-      {"continuous 16 seats, graphs off", {kNoChunking}, false},
-      {"continuous 16 seats, graphs on", {kNoChunking}, true},
-      {"continuous 2 seats, graphs on", {kNoChunking, {"engine.max_num_seqs", "2"}}, true},
-      {"continuous 40 seats, budget 600, graphs on",
-       {kNoChunking, {"engine.max_num_seqs", "40"}, {"engine.max_num_batched_tokens", "600"}}, true},
-  };
-  for (const Run& run : runs) {
-    cuda::CudaModelStats st;
-    const auto out = golden_on_gpu(run.overrides, run.graphs, &st, kernel);
-    bool same = out == base;
-    CHECK_MESSAGE(same, run.label, ": outputs differ from the baseline");
-    MESSAGE(name(kernel), ", ", run.label, ": ", st.eager_steps, " eager steps, ", st.graph_captures, " graph captures, ", st.graph_replays,
-            " replays");
-    if (run.graphs) CHECK_MESSAGE(st.graph_replays > 0, run.label, ": no step replayed a graph");
-    else CHECK(st.graph_replays == 0);
-  }
+    CAPTURE(name(kernel));
+    const auto base =
+        golden_on_gpu({kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, false, nullptr, kernel);
+    size_t tokens = 0;
+    for (const auto& o : base) tokens += o.size();
+    MESSAGE("baseline (static, eager): ", base.size(), " requests, ", tokens, " output tokens");
+    struct Run {
+      std::string label;
+      std::vector<Override> overrides;
+      bool graphs;
+    };
+    const std::vector<Run> runs = {
+        {"static, graphs on", {kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, true},
+        {"continuous 16 seats, graphs off", {kNoChunking}, false},
+        {"continuous 16 seats, graphs on", {kNoChunking}, true},
+        {"continuous 2 seats, graphs on", {kNoChunking, {"engine.max_num_seqs", "2"}}, true},
+        {"continuous 40 seats, budget 600, graphs on",
+         {kNoChunking, {"engine.max_num_seqs", "40"}, {"engine.max_num_batched_tokens", "600"}},
+         true},
+    };
+    for (const Run& run : runs) {
+      cuda::CudaModelStats st;
+      const auto out = golden_on_gpu(run.overrides, run.graphs, &st, kernel);
+      bool same = out == base;
+      CHECK_MESSAGE(same, run.label, ": outputs differ from the baseline");
+      MESSAGE(name(kernel), ", ", run.label, ": ", st.eager_steps, " eager steps, ", st.graph_captures,
+              " graph captures, ", st.graph_replays, " replays");
+      if (run.graphs)
+        CHECK_MESSAGE(st.graph_replays > 0, run.label, ": no step replayed a graph");
+      else
+        CHECK(st.graph_replays == 0);
+    }
   }
 }
 
-TEST_CASE("golden on the GPU (stage 2): chunked prefill on vs off, budgets 16, 61, 512, CUDA Graphs on and off (each attention kernel)") {
+TEST_CASE(
+    "golden on the GPU (stage 2): chunked prefill on vs off, budgets 16, 61, 512, CUDA Graphs on and off (each "
+    "attention kernel)") {
   for (const auto kernel : kAttentionKernels) {
     CAPTURE(name(kernel));
     const auto base = golden_on_gpu({kNoChunking}, false, nullptr, kernel);
     for (const std::string budget : {"16", "61", "512"})
       for (const bool graphs : {false, true}) {
         cuda::CudaModelStats st;
-        const auto out = golden_on_gpu({{"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", budget}},
-                                       graphs, &st, kernel);
-        CHECK_MESSAGE(out == base, "budget ", budget, ", graphs ", graphs, ": outputs differ from the unchunked baseline");
+        const auto out =
+            golden_on_gpu({{"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", budget}},
+                          graphs, &st, kernel);
+        CHECK_MESSAGE(out == base, "budget ", budget, ", graphs ", graphs,
+                      ": outputs differ from the unchunked baseline");
         MESSAGE(name(kernel), ", chunked at ", budget, ", graphs ", graphs, ": ", st.eager_steps, " eager steps, ",
                 st.graph_replays, " replays");
         if (graphs) CHECK_MESSAGE(st.graph_replays > 0, "budget ", budget, ": no step replayed a graph");
@@ -320,12 +331,15 @@ TEST_CASE("golden on the GPU (stage 2): chunked prefill on vs off, budgets 16, 6
 // step, so it also replays a graph over blocks another request wrote. The executor reports
 // 1 us per step, so at the file's 60 requests/s every request would run alone: 300,000/s
 // batches them (about 4 sequences a step, up to 9), as the CPU's measured steps do.
-TEST_CASE("golden on the GPU (stage 3): prefix caching on vs off, chunked and not, CUDA Graphs on and off (each attention kernel)") {
+TEST_CASE(
+    "golden on the GPU (stage 3): prefix caching on vs off, chunked and not, CUDA Graphs on and off (each attention "
+    "kernel)") {
   const std::string wl = "workloads/golden_prefix.yaml";
   const Override caching_on{"engine.enable_prefix_caching", "true"}, rate{"requests.arrival.rate", "300000"};
   for (const auto kernel : kAttentionKernels) {
     CAPTURE(name(kernel));
-    const auto base = golden_on_gpu({rate, kNoChunking, {"engine.enable_prefix_caching", "false"}}, false, nullptr, kernel, wl);
+    const auto base =
+        golden_on_gpu({rate, kNoChunking, {"engine.enable_prefix_caching", "false"}}, false, nullptr, kernel, wl);
     struct Run {
       std::string label;
       std::vector<Override> overrides;
@@ -335,20 +349,27 @@ TEST_CASE("golden on the GPU (stage 3): prefix caching on vs off, chunked and no
     for (const std::string budget : {"unchunked", "16", "61", "512"})
       for (const bool graphs : {false, true}) {
         std::vector<Override> o = {rate, caching_on, kNoChunking};
-        if (budget != "unchunked") o = {rate, caching_on, {"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", budget}};
+        if (budget != "unchunked")
+          o = {rate, caching_on, {"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", budget}};
         runs.push_back({budget == "unchunked" ? budget : "chunked at " + budget, o, graphs, false});
       }
     runs.push_back({"chunked at 61, 40 KV blocks",
-                    {rate, caching_on, {"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", "61"}, {"engine.num_kv_blocks", "40"}},
-                    true, true});
+                    {rate,
+                     caching_on,
+                     {"engine.enable_chunked_prefill", "true"},
+                     {"engine.max_num_batched_tokens", "61"},
+                     {"engine.num_kv_blocks", "40"}},
+                    true,
+                    true});
     for (const Run& run : runs) {
       cuda::CudaModelStats st;
       Summary s;
       const auto out = golden_on_gpu(run.overrides, run.graphs, &st, kernel, wl, &s);
-      CHECK_MESSAGE(out == base, run.label, ", graphs ", run.graphs, ": outputs differ from the baseline (caching off, unchunked)");
-      MESSAGE(name(kernel), ", stage 3, caching on, ", run.label, ", graphs ", run.graphs, ": ", s.prefix_hit_tokens, " of ",
-              s.prefix_queried_tokens, " prompt tokens hit, ", s.prefix_evictions, " evictions, ", st.eager_steps, " eager steps, ",
-              st.graph_replays, " replays");
+      CHECK_MESSAGE(out == base, run.label, ", graphs ", run.graphs,
+                    ": outputs differ from the baseline (caching off, unchunked)");
+      MESSAGE(name(kernel), ", stage 3, caching on, ", run.label, ", graphs ", run.graphs, ": ", s.prefix_hit_tokens,
+              " of ", s.prefix_queried_tokens, " prompt tokens hit, ", s.prefix_evictions, " evictions, ",
+              st.eager_steps, " eager steps, ", st.graph_replays, " replays");
       CHECK_MESSAGE(s.prefix_hit_tokens > 0, run.label, ": no prefix hit");
       if (run.evicts) CHECK_MESSAGE(s.prefix_evictions > 0, run.label, ": no cached block was evicted");
       if (run.graphs) CHECK_MESSAGE(st.graph_replays > 0, run.label, ": no step replayed a graph");

@@ -3,8 +3,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "policies/scheduler.h"
 #include "core/rng.h"
+#include "policies/scheduler.h"
 #include "tests/reference_scheduler.h"
 
 using namespace tandem;
@@ -55,7 +55,8 @@ ReqId victim(Rng& rng, const Scheduler& s, size_t n) {
 
 std::vector<RefSeq> to_ref(const StepPlan& p) {
   std::vector<RefSeq> out;
-  for (const auto& s : p.seqs) out.push_back({s.id, s.num_tokens, s.num_computed_before, s.samples, {s.block_table.begin(), s.block_table.end()}});
+  for (const auto& s : p.seqs)
+    out.push_back({s.id, s.num_tokens, s.num_computed_before, s.samples, {s.block_table.begin(), s.block_table.end()}});
   return out;
 }
 
@@ -82,7 +83,12 @@ TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 rand
     Case c = random_case(seed);
     std::vector<Request> a = c.reqs, b = c.reqs;
     KvCache kv(c.cfg.num_blocks, c.cfg.block_size, c.cfg.state_slots, int32_t(a.size()));
-    SchedulerConfig sc{.policy = c.cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous, .max_num_seqs = c.cfg.max_num_seqs, .max_num_batched_tokens = c.cfg.budget, .max_model_len = c.cfg.max_model_len, .enable_chunked_prefill = c.cfg.chunked, .max_num_partial_prefills = c.cfg.max_partials};
+    SchedulerConfig sc{.policy = c.cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous,
+                       .max_num_seqs = c.cfg.max_num_seqs,
+                       .max_num_batched_tokens = c.cfg.budget,
+                       .max_model_len = c.cfg.max_model_len,
+                       .enable_chunked_prefill = c.cfg.chunked,
+                       .max_num_partial_prefills = c.cfg.max_partials};
     Scheduler fast(sc, a, kv);
     ReferenceScheduler ref(c.cfg, b);
     Rng rng(seed * 7919);
@@ -189,13 +195,15 @@ CacheCase random_cache_case(uint64_t seed) {
   for (int i = 0; i < n; ++i) {
     std::vector<uint32_t> p;
     const double u = rng.uniform();
-    const auto& earlier = prompts.empty() ? groups[0] : prompts[size_t(rng.uniform_int(0, int64_t(prompts.size()) - 1))];
+    const auto& earlier =
+        prompts.empty() ? groups[0] : prompts[size_t(rng.uniform_int(0, int64_t(prompts.size()) - 1))];
     if (u < 0.15) {  // nothing shared
       fresh(p, int(rng.uniform_int(1, max_prompt)));
     } else if (u < 0.55) {  // a group's prefix of random length (block-aligned a third of the time), then its own turn
       const auto& g = groups[size_t(rng.uniform_int(0, int64_t(groups.size()) - 1))];
       int k = int(rng.uniform_int(0, int64_t(g.size())));
-      if (rng.uniform() < 0.33) k = std::min(int(g.size()), k / c.cfg.block_size * c.cfg.block_size + int(rng.uniform_int(-1, 1)));
+      if (rng.uniform() < 0.33)
+        k = std::min(int(g.size()), k / c.cfg.block_size * c.cfg.block_size + int(rng.uniform_int(-1, 1)));
       k = std::max(k, 0);
       p.assign(g.begin(), g.begin() + k);
       fresh(p, int(rng.uniform_int(p.empty() ? 1 : 0, std::max(1, max_prompt - k))));
@@ -221,8 +229,9 @@ CacheCase random_cache_case(uint64_t seed) {
     r.max_output = int32_t(rng.uniform_int(1, 40));
     c.reqs.push_back(r);
     c.arrive_at_step.push_back(int(rng.uniform_int(0, 60)));
-    c.hashes.push_back(r.prompt_len == 0 || (some_without_hashes && rng.uniform() < 0.3) ? std::vector<BlockHash>{}
-                                                                                         : chain_hashes(p, c.cfg.block_size));
+    c.hashes.push_back(r.prompt_len == 0 || (some_without_hashes && rng.uniform() < 0.3)
+                           ? std::vector<BlockHash>{}
+                           : chain_hashes(p, c.cfg.block_size));
   }
   return c;
 }
@@ -236,7 +245,8 @@ std::vector<int> published_blocks(const KvCache& kv) {
 
 }  // namespace
 
-TEST_CASE("differential: prefix caching == naive reference on 2000 random shared-prefix workloads, with cancellations") {
+TEST_CASE(
+    "differential: prefix caching == naive reference on 2000 random shared-prefix workloads, with cancellations") {
   int64_t total_steps = 0, cases_on = 0, cases_off = 0, admissions = 0, mid_prompt_cancels = 0, in_flight_cancels = 0;
   int64_t cached_tokens = 0, evictions = 0;
   RefCounters total;
@@ -245,13 +255,20 @@ TEST_CASE("differential: prefix caching == naive reference on 2000 random shared
     (c.cfg.prefix_caching ? cases_on : cases_off)++;
     std::vector<Request> a = c.reqs, b = c.reqs;
     KvCache kv(c.cfg.num_blocks, c.cfg.block_size, c.cfg.state_slots, int32_t(a.size()));
-    SchedulerConfig sc{.policy = c.cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous, .max_num_seqs = c.cfg.max_num_seqs, .max_num_batched_tokens = c.cfg.budget, .max_model_len = c.cfg.max_model_len, .enable_chunked_prefill = c.cfg.chunked, .max_num_partial_prefills = c.cfg.max_partials, .enable_prefix_caching = c.cfg.prefix_caching};
+    SchedulerConfig sc{.policy = c.cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous,
+                       .max_num_seqs = c.cfg.max_num_seqs,
+                       .max_num_batched_tokens = c.cfg.budget,
+                       .max_model_len = c.cfg.max_model_len,
+                       .enable_chunked_prefill = c.cfg.chunked,
+                       .max_num_partial_prefills = c.cfg.max_partials,
+                       .enable_prefix_caching = c.cfg.prefix_caching};
     Scheduler fast(sc, a, kv);
     ReferenceScheduler ref(c.cfg, b);
     Rng rng(seed * 7919 + 1);
-    INFO(fmt::format("seed {} caching={} static={} blocks={}x{} seqs={} budget={} slots={} chunked={} partials={} reqs={}",
-                     seed, c.cfg.prefix_caching, c.cfg.static_batching, c.cfg.num_blocks, c.cfg.block_size,
-                     c.cfg.max_num_seqs, c.cfg.budget, c.cfg.state_slots, c.cfg.chunked, c.cfg.max_partials, a.size()));
+    INFO(fmt::format(
+        "seed {} caching={} static={} blocks={}x{} seqs={} budget={} slots={} chunked={} partials={} reqs={}", seed,
+        c.cfg.prefix_caching, c.cfg.static_batching, c.cfg.num_blocks, c.cfg.block_size, c.cfg.max_num_seqs,
+        c.cfg.budget, c.cfg.state_slots, c.cfg.chunked, c.cfg.max_partials, a.size()));
     auto cancel_someone = [&](int step) {
       const ReqId v = victim(rng, fast, a.size());
       const bool mid_prompt = a[size_t(v)].status == RequestStatus::Running && a[size_t(v)].prefilling();
@@ -263,7 +280,8 @@ TEST_CASE("differential: prefix caching == naive reference on 2000 random shared
     for (; step < 5000; ++step) {
       INFO("step ", step);
       for (size_t i = 0; i < a.size(); ++i)
-        if (c.arrive_at_step[i] == step) REQUIRE(fast.add_request(ReqId(i), step, c.hashes[i]) == ref.add(ReqId(i), c.hashes[i]));
+        if (c.arrive_at_step[i] == step)
+          REQUIRE(fast.add_request(ReqId(i), step, c.hashes[i]) == ref.add(ReqId(i), c.hashes[i]));
       if (rng.uniform() < 0.04) cancel_someone(step);  // between steps
       const StepPlan& p = fast.schedule(step);
       const auto rp = ref.schedule();
@@ -315,12 +333,13 @@ TEST_CASE("differential: prefix caching == naive reference on 2000 random shared
     total.duplicate_publishes += k.duplicate_publishes;
     total.refused_for_free_hits += k.refused_for_free_hits;
   }
-  MESSAGE("prefix caching: ", cases_on, " cases on, ", cases_off, " off; compared ", total_steps, " steps; ", admissions,
-          " admissions, ", total.hit_admissions, " with a hit (", total.capped_hits, " stopped by the prompt_len - 1 cap); ",
-          total.hit_blocks, " hit blocks (", total.hit_free_blocks, " taken off the free list), ", cached_tokens,
-          " cached tokens; ", total.published, " blocks published, ", total.duplicate_publishes, " duplicates not; ", evictions,
-          " evictions; ", total.refused_for_free_hits, " admissions refused for their free hit blocks; ", mid_prompt_cancels,
-          " cancels mid-prompt, ", in_flight_cancels, " in flight");
+  MESSAGE("prefix caching: ", cases_on, " cases on, ", cases_off, " off; compared ", total_steps, " steps; ",
+          admissions, " admissions, ", total.hit_admissions, " with a hit (", total.capped_hits,
+          " stopped by the prompt_len - 1 cap); ", total.hit_blocks, " hit blocks (", total.hit_free_blocks,
+          " taken off the free list), ", cached_tokens, " cached tokens; ", total.published, " blocks published, ",
+          total.duplicate_publishes, " duplicates not; ", evictions, " evictions; ", total.refused_for_free_hits,
+          " admissions refused for their free hit blocks; ", mid_prompt_cancels, " cancels mid-prompt, ",
+          in_flight_cancels, " in flight");
   CHECK(total_steps > 20000);
   CHECK(total.hit_admissions > 1000);
   CHECK(total.hit_free_blocks > 1000);

@@ -7,10 +7,10 @@
 #include <thread>
 
 #include "backend/cost_model.h"
+#include "core/rng.h"
 #include "sim/engine.h"
 #include "sim/events.h"
 #include "sim/outputs.h"
-#include "core/rng.h"
 #include "tests/test_helpers.h"
 
 using namespace tandem;
@@ -58,13 +58,13 @@ requests:
   output_len: {{dist: uniform, min: 1, max: {}}}
   cancel: {{fraction: {}, after_s: {{dist: uniform, min: 0, max: 0.5}}}}
 )",
-                     seed, rng.uniform_int(200, 4000),
-                     rng.uniform() < 0.5 ? 100.0 : 0.1, rng.uniform() < 0.5 ? 1.0 : 0.01,  // slow: prompts take long
-                     rng.uniform() < 0.3 ? "static" : "continuous",
-                     rng.uniform_int(1, 64), rng.uniform_int(64, 4096), rng.uniform() < 0.5 ? 16 : 1 + rng.uniform_int(0, 31),
-                     rng.uniform_int(8, 3000), rng.uniform() < 0.2 ? fmt::format(", state_slots: {}", rng.uniform_int(0, 8)) : "",
-                     rng.uniform() < 0.6 ? "true" : "false", rng.uniform_int(1, 3),
-                     rng.uniform_int(1, 400), arrivals[rng.uniform_int(0, 3)], rng.uniform_int(10, 800), rng.uniform_int(1, 300),
+                     seed, rng.uniform_int(200, 4000), rng.uniform() < 0.5 ? 100.0 : 0.1,
+                     rng.uniform() < 0.5 ? 1.0 : 0.01,  // slow: prompts take long
+                     rng.uniform() < 0.3 ? "static" : "continuous", rng.uniform_int(1, 64), rng.uniform_int(64, 4096),
+                     rng.uniform() < 0.5 ? 16 : 1 + rng.uniform_int(0, 31), rng.uniform_int(8, 3000),
+                     rng.uniform() < 0.2 ? fmt::format(", state_slots: {}", rng.uniform_int(0, 8)) : "",
+                     rng.uniform() < 0.6 ? "true" : "false", rng.uniform_int(1, 3), rng.uniform_int(1, 400),
+                     arrivals[rng.uniform_int(0, 3)], rng.uniform_int(10, 800), rng.uniform_int(1, 300),
                      rng.uniform() * 0.3);
 }
 
@@ -73,7 +73,8 @@ requests:
 std::string random_prefix_workload(uint64_t seed) {
   Rng rng(seed);
   const int64_t block = std::vector<int64_t>{4, 8, 16, 32}[size_t(rng.uniform_int(0, 3))];
-  const int64_t prefix_max = rng.uniform_int(16, 1500), median = rng.uniform_int(10, 400), out_max = rng.uniform_int(1, 200);
+  const int64_t prefix_max = rng.uniform_int(16, 1500), median = rng.uniform_int(10, 400),
+                out_max = rng.uniform_int(1, 200);
   const int64_t typical_blocks = (prefix_max + median + out_max) / block + 1;
   const char* arrivals[] = {"{process: poisson, rate: 40}", "{process: gamma, rate: 20, cv: 4}", "{process: burst}",
                             "{process: constant, rate: 80}"};
@@ -89,14 +90,15 @@ requests:
   shared_prefix: {{groups: {}, prefix_len: {{dist: uniform, min: 1, max: {}}}, fraction: {}, prepend: {}}}
   cancel: {{fraction: {}, after_s: {{dist: uniform, min: 0, max: 0.5}}}}
 )",
-                     seed, rng.uniform_int(500, 6000), rng.uniform() < 0.5 ? 100.0 : 0.1, rng.uniform() < 0.5 ? 1.0 : 0.01,
-                     rng.uniform() < 0.2 ? "static" : "continuous", rng.uniform_int(1, 48), rng.uniform_int(block, 2048), block,
+                     seed, rng.uniform_int(500, 6000), rng.uniform() < 0.5 ? 100.0 : 0.1,
+                     rng.uniform() < 0.5 ? 1.0 : 0.01, rng.uniform() < 0.2 ? "static" : "continuous",
+                     rng.uniform_int(1, 48), rng.uniform_int(block, 2048), block,
                      rng.uniform_int(typical_blocks, 6 * typical_blocks),
                      // No state slots here: prefix caching is refused with them (the draw keeps the stream).
-                     rng.uniform() < 0.1 ? (rng.uniform_int(1, 8), "") : "",
-                     rng.uniform() < 0.7 ? "true" : "false", rng.uniform_int(1, 3), rng.uniform_int(20, 250),
-                     arrivals[rng.uniform_int(0, 3)], median, out_max, rng.uniform_int(1, 6), prefix_max,
-                     0.5 + 0.5 * rng.uniform(), rng.uniform() < 0.5 ? "true" : "false", rng.uniform() * 0.3);
+                     rng.uniform() < 0.1 ? (rng.uniform_int(1, 8), "") : "", rng.uniform() < 0.7 ? "true" : "false",
+                     rng.uniform_int(1, 3), rng.uniform_int(20, 250), arrivals[rng.uniform_int(0, 3)], median, out_max,
+                     rng.uniform_int(1, 6), prefix_max, 0.5 + 0.5 * rng.uniform(),
+                     rng.uniform() < 0.5 ? "true" : "false", rng.uniform() * 0.3);
 }
 }  // namespace
 
@@ -171,7 +173,8 @@ requests: {count: 2, arrival: {process: burst}, prompt_len: 100, output_len: 100
   CHECK(e.requests()[1].generated == 0);
 }
 
-TEST_CASE("property: 300 random workloads, chunked and not, held + reserved <= capacity at every step, no request lost") {
+TEST_CASE(
+    "property: 300 random workloads, chunked and not, held + reserved <= capacity at every step, no request lost") {
   int64_t total_steps = 0, finished = 0, failed = 0, cancelled = 0, chunked_runs = 0, cancelled_mid_prompt = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     const std::string y = random_workload(seed);
@@ -206,8 +209,11 @@ TEST_CASE("property: 300 random workloads, chunked and not, held + reserved <= c
   CHECK(cancelled > 0);
 }
 
-TEST_CASE("property: 300 random shared-prefix workloads with prefix caching, small caches, cancellations: invariants hold, no leak") {
-  int64_t total_steps = 0, finished = 0, failed = 0, cancelled = 0, cancelled_mid_prompt = 0, hit_tokens = 0, hit_requests = 0;
+TEST_CASE(
+    "property: 300 random shared-prefix workloads with prefix caching, small caches, cancellations: invariants hold, "
+    "no leak") {
+  int64_t total_steps = 0, finished = 0, failed = 0, cancelled = 0, cancelled_mid_prompt = 0, hit_tokens = 0,
+          hit_requests = 0;
   int64_t evictions = 0, runs_with_evictions = 0, prepend_runs = 0, cancelled_with_hit = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     const std::string y = random_prefix_workload(seed);
@@ -249,9 +255,10 @@ TEST_CASE("property: 300 random shared-prefix workloads with prefix caching, sma
     runs_with_evictions += s.prefix_evictions > 0;
     prepend_runs += run.w.requests.shared_prefix.prepend;
   }
-  MESSAGE(total_steps, " steps; finished ", finished, ", failed ", failed, ", cancelled ", cancelled, " (", cancelled_mid_prompt,
-          " mid-prompt, ", cancelled_with_hit, " after a hit); ", hit_requests, " requests hit, ", hit_tokens, " hit tokens; ",
-          evictions, " evictions in ", runs_with_evictions, " runs; ", prepend_runs, " runs with prepended prefixes");
+  MESSAGE(total_steps, " steps; finished ", finished, ", failed ", failed, ", cancelled ", cancelled, " (",
+          cancelled_mid_prompt, " mid-prompt, ", cancelled_with_hit, " after a hit); ", hit_requests, " requests hit, ",
+          hit_tokens, " hit tokens; ", evictions, " evictions in ", runs_with_evictions, " runs; ", prepend_runs,
+          " runs with prepended prefixes");
   CHECK(hit_requests > 1000);
   CHECK(runs_with_evictions > 60);
   CHECK(cancelled_mid_prompt > 0);
@@ -341,8 +348,10 @@ TEST_CASE("continuous batching beats static on a mixed long/short workload") {
 }
 
 TEST_CASE("the cost model charges tensor parallelism: compute over N, two all-reduces per layer") {
-  const Workload w = parse_workload("model: llama3-8b\nhardware: h200\nrequests: {count: 1, arrival: {process: burst}, "
-                                    "prompt_len: 10, output_len: 2}\n", "w.yaml");
+  const Workload w = parse_workload(
+      "model: llama3-8b\nhardware: h200\nrequests: {count: 1, arrival: {process: burst}, "
+      "prompt_len: 10, output_len: 2}\n",
+      "w.yaml");
   StepPlan p;
   p.add({0, 2048, 0, true, {}}, 2048);
   const StepCost one = AnalyticalCostModel(w.model, w.hardware, 1).estimate(p);
@@ -354,9 +363,11 @@ TEST_CASE("the cost model charges tensor parallelism: compute over N, two all-re
   CHECK(two.attention_s == doctest::Approx(one.attention_s / 2).epsilon(1e-9));
   const double ar = 8e-6 + 2.0 * 0.5 * 2048 * 4096 * 2 / 450e9;  // latency + ring traffic
   CHECK(two.comm_s == doctest::Approx(2 * 32 * ar).epsilon(1e-9));
-  std::string bad = "model: llama3-8b\nhardware: {peak_tflops: 1, mem_bandwidth_tbs: 1, step_overhead_us: 1, memory_gb: 100}\n"
-                    "engine: {tp: 2}\nrequests: {count: 1, arrival: {process: burst}, prompt_len: 10, output_len: 2}\n";
-  CHECK_THROWS_WITH_AS(parse_workload(bad, "w.yaml"), doctest::Contains("needs hardware.link_bandwidth_gbs"), InputError);
+  std::string bad =
+      "model: llama3-8b\nhardware: {peak_tflops: 1, mem_bandwidth_tbs: 1, step_overhead_us: 1, memory_gb: 100}\n"
+      "engine: {tp: 2}\nrequests: {count: 1, arrival: {process: burst}, prompt_len: 10, output_len: 2}\n";
+  CHECK_THROWS_WITH_AS(parse_workload(bad, "w.yaml"), doctest::Contains("needs hardware.link_bandwidth_gbs"),
+                       InputError);
   bad.replace(bad.find("tp: 2"), 5, "tp: 3");
   bad.replace(bad.find("memory_gb: 100"), 14, "memory_gb: 100, link_bandwidth_gbs: 50");
   CHECK_THROWS_WITH_AS(parse_workload(bad, "w.yaml"), doctest::Contains("'engine.tp': 3 does not divide"), InputError);

@@ -22,7 +22,8 @@ struct CpuRun {
   Summary summary;
 };
 
-CpuRun run_on_cpu(const std::string& workload, const std::vector<Override>& overrides, run_observer_i* observer = nullptr) {
+CpuRun run_on_cpu(const std::string& workload, const std::vector<Override>& overrides,
+                  run_observer_i* observer = nullptr) {
   Workload w = load_workload(workload, overrides);
   auto exec = make_executor(w, "cpu");
   VirtualClock clock;  // measured step times, no waiting between events: fast and still a real backend
@@ -45,7 +46,8 @@ std::vector<std::vector<Token>> golden_outputs(const std::string& workload, cons
   return std::move(run.outputs);
 }
 
-std::string first_divergence(const std::vector<std::vector<Token>>& base, const std::vector<std::vector<Token>>& other) {
+std::string first_divergence(const std::vector<std::vector<Token>>& base,
+                             const std::vector<std::vector<Token>>& other) {
   if (base.size() != other.size()) return fmt::format("{} vs {} requests", base.size(), other.size());
   for (size_t r = 0; r < base.size(); ++r) {
     const size_t n = std::min(base[r].size(), other[r].size());
@@ -93,14 +95,16 @@ std::vector<std::vector<Token>> golden_observed(const std::string& wl, const std
 TEST_CASE("golden (stage 1): static vs continuous batching, and continuous at several max_num_seqs and budgets") {
   const std::string wl = source_path("workloads/golden_small.yaml");
   ScheduleLog base_log;
-  const auto base = golden_observed(wl, {kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, base_log);
+  const auto base =
+      golden_observed(wl, {kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}}, base_log);
   size_t tokens = 0;
   for (const auto& o : base) tokens += o.size();
   MESSAGE("baseline: ", base.size(), " requests, ", tokens, " output tokens, ", base_log.step_ends.size(), " steps");
   const std::vector<GoldenRun> runs = {
       {"continuous, 16 seats", {kNoChunking}},
       {"continuous, 2 seats", {kNoChunking, {"engine.max_num_seqs", "2"}}},
-      {"continuous, 40 seats, budget 600", {kNoChunking, {"engine.max_num_seqs", "40"}, {"engine.max_num_batched_tokens", "600"}}},
+      {"continuous, 40 seats, budget 600",
+       {kNoChunking, {"engine.max_num_seqs", "40"}, {"engine.max_num_batched_tokens", "600"}}},
       {"static, 40 seats", {kNoChunking, {"engine.policy", "static"}, {"engine.max_num_seqs", "40"}}},
   };
   for (const auto& run : runs) {
@@ -115,10 +119,12 @@ TEST_CASE("golden (stage 1): static vs continuous batching, and continuous at se
 TEST_CASE("golden x TP (CPU, in-process ranks): static vs continuous token-identical at TP 2 and 4") {
   const std::string wl = source_path("workloads/golden_small.yaml");
   for (const std::string tp : {"2", "4"}) {
-    const auto base = golden_outputs(wl, {kNoChunking, {"engine.tp", tp}, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}});
+    const auto base =
+        golden_outputs(wl, {kNoChunking, {"engine.tp", tp}, {"engine.policy", "static"}, {"engine.max_num_seqs", "8"}});
     const std::string d1 = first_divergence(base, golden_outputs(wl, {kNoChunking, {"engine.tp", tp}}));
     CHECK_MESSAGE(d1.empty(), "tp ", tp, ", continuous 16 seats: ", d1);
-    const std::string d2 = first_divergence(base, golden_outputs(wl, {kNoChunking, {"engine.tp", tp}, {"engine.max_num_seqs", "2"}}));
+    const std::string d2 =
+        first_divergence(base, golden_outputs(wl, {kNoChunking, {"engine.tp", tp}, {"engine.max_num_seqs", "2"}}));
     CHECK_MESSAGE(d2.empty(), "tp ", tp, ", continuous 2 seats: ", d2);
   }
 }
@@ -151,8 +157,8 @@ TEST_CASE("golden (stage 2): chunked prefill on vs off, budgets 16, 61, 512, 409
     struct Case {
       std::string budget, partials, policy;
     };
-    std::vector<Case> cases = {{"16", "1", "continuous"}, {"61", "1", "continuous"}, {"512", "1", "continuous"},
-                               {"4096", "1", "continuous"}};
+    std::vector<Case> cases = {
+        {"16", "1", "continuous"}, {"61", "1", "continuous"}, {"512", "1", "continuous"}, {"4096", "1", "continuous"}};
     if (tp == "1")  // the knobs' other corners, once
       cases.insert(cases.end(), {{"61", "3", "continuous"}, {"128", "2", "static"}});
     for (const Case& c : cases) {
@@ -166,7 +172,8 @@ TEST_CASE("golden (stage 2): chunked prefill on vs off, budgets 16, 61, 512, 409
                                       &cut);
       const std::string d = first_divergence(base, out);
       CHECK_MESSAGE(d.empty(), "tp ", tp, ", budget ", c.budget, ", partials ", c.partials, ", ", c.policy, ": ", d);
-      MESSAGE("tp ", tp, ", budget ", c.budget, ", partials ", c.partials, ", ", c.policy, ": ", cut, " prompt chunks that did not sample");
+      MESSAGE("tp ", tp, ", budget ", c.budget, ", partials ", c.partials, ", ", c.policy, ": ", cut,
+              " prompt chunks that did not sample");
       // Budget 4096 exceeds every prompt (max 500), so prompts are cut only when several arrive at once.
       if (c.budget != "4096") CHECK_MESSAGE(cut > 0, "budget ", c.budget, ": no prompt was cut");
     }
@@ -185,7 +192,7 @@ struct PrefixRun {
   std::vector<std::vector<Token>> outputs;
   Summary summary;
   int64_t last_token_only = 0;  // requests whose hit left only the last prompt token to compute
-  int64_t inside_prefix = 0;    // hits of a prompt no longer than its group's prefix (identical, or a prefix of another)
+  int64_t inside_prefix = 0;  // hits of a prompt no longer than its group's prefix (identical, or a prefix of another)
 };
 
 PrefixRun golden_prefix(const std::string& wl, const std::vector<Override>& o) {
@@ -203,9 +210,12 @@ PrefixRun golden_prefix(const std::string& wl, const std::vector<Override>& o) {
 }
 }  // namespace
 
-TEST_CASE("golden (stage 3): prefix caching on vs off, unchunked and chunked at 16, 61, 512, a cache that evicts, at TP 1, 2 and 4") {
+TEST_CASE(
+    "golden (stage 3): prefix caching on vs off, unchunked and chunked at 16, 61, 512, a cache that evicts, at TP 1, 2 "
+    "and 4") {
   const std::string wl = source_path("workloads/golden_prefix.yaml");
-  const Override caching_off{"engine.enable_prefix_caching", "false"}, caching_on{"engine.enable_prefix_caching", "true"};
+  const Override caching_off{"engine.enable_prefix_caching", "false"},
+      caching_on{"engine.enable_prefix_caching", "true"};
   const auto chunked = [](const std::string& budget) {
     return std::vector<Override>{{"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", budget}};
   };

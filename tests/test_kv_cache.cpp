@@ -24,7 +24,7 @@ TEST_CASE("blocks_for rounds up at block boundaries") {
 
 TEST_CASE("reservation: a lifetime of exactly the free blocks is admitted, one token more is not") {
   KvCache kv(4, 16, -1, 3);
-  CHECK(kv.can_admit(64));   // 4 blocks
+  CHECK(kv.can_admit(64));  // 4 blocks
   CHECK_FALSE(kv.can_admit(65));
   kv.admit(0, 33);  // 3 blocks reserved, none held yet
   CHECK(kv.headroom() == 1);
@@ -47,7 +47,7 @@ TEST_CASE("reservation: a lifetime of exactly the free blocks is admitted, one t
 
 TEST_CASE("release of a partly grown request returns the unused reservation") {
   KvCache kv(8, 4, -1, 2);
-  kv.admit(0, 20);  // 5 blocks
+  kv.admit(0, 20);           // 5 blocks
   kv.ensure_capacity(0, 5);  // 2 held, 3 outstanding
   CHECK(kv.headroom() == 3);
   kv.release(0);
@@ -145,7 +145,7 @@ TEST_CASE("kv cache: can_admit prices hit blocks that sit on the free list") {
   // The same hit again: now held, so free of charge beyond the blocks still to come.
   kv.match_prefix(hashes({1, 2}), 10, hit);
   CHECK(hit.num_free == 0);
-  CHECK(kv.can_admit(8, hit));       // 2 - 2 + 0 = 0
+  CHECK(kv.can_admit(8, hit));        // 2 - 2 + 0 = 0
   CHECK_FALSE(kv.can_admit(9, hit));  // 3 - 2 + 0 = 1 > 0
   kv.admit(3, 8, hit);
   CHECK(kv.pool().ref_count(0) == 2);

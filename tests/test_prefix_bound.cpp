@@ -48,12 +48,13 @@ TEST_CASE("prefix bound: one group, every prompt opens with the same 40 tokens")
   // 100-token prompts, 16-token blocks: 6 full blocks each; the shared 40 tokens cover blocks 0
   // and 1 whole (block 2 mixes prefix and own tokens). The first request hits nothing, each of
   // the other 9 hits 2 blocks.
-  const Workload w = parse_workload(std::string(kModel) +
-                                        "engine: {block_size: 16, num_kv_blocks: 4096}\n"
-                                        "requests:\n  count: 10\n  arrival: {process: constant, rate: 1}\n"
-                                        "  prompt_len: {dist: fixed, value: 100}\n  output_len: {dist: fixed, value: 4}\n"
-                                        "  shared_prefix: {groups: 1, prefix_len: {dist: fixed, value: 40}}\n",
-                                    "w.yaml");
+  const Workload w =
+      parse_workload(std::string(kModel) +
+                         "engine: {block_size: 16, num_kv_blocks: 4096}\n"
+                         "requests:\n  count: 10\n  arrival: {process: constant, rate: 1}\n"
+                         "  prompt_len: {dist: fixed, value: 100}\n  output_len: {dist: fixed, value: 4}\n"
+                         "  shared_prefix: {groups: 1, prefix_len: {dist: fixed, value: 40}}\n",
+                     "w.yaml");
   const PrefixBound b = prefix_bound(w, generate_requests(w));
   CHECK(b.requests == 10);
   CHECK(b.requests_hit == 9);
@@ -71,12 +72,13 @@ TEST_CASE("prefix bound: one group, every prompt opens with the same 40 tokens")
 
 TEST_CASE("prefix bound: a prompt shared whole still computes its last block") {
   // 64-token prompts, all the same: 4 full blocks, of which at most (64 - 1) / 16 = 3 can hit.
-  const Workload w = parse_workload(std::string(kModel) +
-                                        "engine: {block_size: 16, num_kv_blocks: 4096}\n"
-                                        "requests:\n  count: 5\n  arrival: {process: constant, rate: 1}\n"
-                                        "  prompt_len: {dist: fixed, value: 64}\n  output_len: {dist: fixed, value: 4}\n"
-                                        "  shared_prefix: {groups: 1, prefix_len: {dist: fixed, value: 64}}\n",
-                                    "w.yaml");
+  const Workload w =
+      parse_workload(std::string(kModel) +
+                         "engine: {block_size: 16, num_kv_blocks: 4096}\n"
+                         "requests:\n  count: 5\n  arrival: {process: constant, rate: 1}\n"
+                         "  prompt_len: {dist: fixed, value: 64}\n  output_len: {dist: fixed, value: 4}\n"
+                         "  shared_prefix: {groups: 1, prefix_len: {dist: fixed, value: 64}}\n",
+                     "w.yaml");
   const PrefixBound b = prefix_bound(w, generate_requests(w));
   CHECK(b.hit_blocks == 4 * 3);
   CHECK(b.queried_blocks == 5 * 4);
@@ -89,12 +91,13 @@ TEST_CASE("prefix bound: several groups, against the group each request drew") {
   // Groups and membership are drawn from the seed; the hand count uses only the drawn group:
   // the first member of a group hits nothing, every later member its 2 whole prefix blocks;
   // requests outside any group hit nothing.
-  const Workload w = parse_workload(std::string(kModel) +
-                                        "seed: 11\nengine: {block_size: 16, num_kv_blocks: 4096}\n"
-                                        "requests:\n  count: 300\n  arrival: {process: poisson, rate: 50}\n"
-                                        "  prompt_len: {dist: fixed, value: 100}\n  output_len: {dist: uniform, min: 1, max: 64}\n"
-                                        "  shared_prefix: {groups: 5, prefix_len: {dist: fixed, value: 40}, fraction: 0.7}\n",
-                                    "w.yaml");
+  const Workload w =
+      parse_workload(std::string(kModel) +
+                         "seed: 11\nengine: {block_size: 16, num_kv_blocks: 4096}\n"
+                         "requests:\n  count: 300\n  arrival: {process: poisson, rate: 50}\n"
+                         "  prompt_len: {dist: fixed, value: 100}\n  output_len: {dist: uniform, min: 1, max: 64}\n"
+                         "  shared_prefix: {groups: 5, prefix_len: {dist: fixed, value: 40}, fraction: 0.7}\n",
+                     "w.yaml");
   const RequestSet rs = generate_requests(w);
   std::set<int32_t> seen;
   int64_t expect = 0, in_groups = 0;
@@ -111,14 +114,15 @@ TEST_CASE("prefix bound: several groups, against the group each request drew") {
   // Poisson at 50/s: some members arrive while their group's first prompt is still computing.
   run_against_bound(w, b);
   // A cache too small to keep much: still never above the bound.
-  run_against_bound(parse_workload(std::string(kModel) +
-                                       "seed: 11\nengine: {block_size: 16, num_kv_blocks: 40, max_num_seqs: 4}\n"
-                                       "requests:\n  count: 300\n  arrival: {process: poisson, rate: 50}\n"
-                                       "  prompt_len: {dist: fixed, value: 100}\n  output_len: {dist: uniform, min: 1, max: 64}\n"
-                                       "  shared_prefix: {groups: 5, prefix_len: {dist: fixed, value: 40}, fraction: 0.7}\n"
-                                       "  cancel: {fraction: 0.2, after_s: {dist: uniform, min: 0, max: 0.5}}\n",
-                                   "w.yaml"),
-                    b);
+  run_against_bound(
+      parse_workload(std::string(kModel) +
+                         "seed: 11\nengine: {block_size: 16, num_kv_blocks: 40, max_num_seqs: 4}\n"
+                         "requests:\n  count: 300\n  arrival: {process: poisson, rate: 50}\n"
+                         "  prompt_len: {dist: fixed, value: 100}\n  output_len: {dist: uniform, min: 1, max: 64}\n"
+                         "  shared_prefix: {groups: 5, prefix_len: {dist: fixed, value: 40}, fraction: 0.7}\n"
+                         "  cancel: {fraction: 0.2, after_s: {dist: uniform, min: 0, max: 0.5}}\n",
+                     "w.yaml"),
+      b);
 }
 
 TEST_CASE("prefix bound: mooncake hash ids decide the shared blocks") {
@@ -128,15 +132,19 @@ TEST_CASE("prefix bound: mooncake hash ids decide the shared blocks") {
   const auto path = std::filesystem::temp_directory_path() / fmt::format("tandem_prefix_bound_{}.jsonl", ::getpid());
   {
     std::ofstream f(path);
-    f << R"({"timestamp": 0, "input_length": 96, "output_length": 2, "hash_ids": [1, 2, 3]})" << "\n"
-      << R"({"timestamp": 10, "input_length": 90, "output_length": 2, "hash_ids": [1, 2, 4]})" << "\n"
-      << R"({"timestamp": 20, "input_length": 40, "output_length": 2, "hash_ids": [5, 2]})" << "\n"
-      << R"({"timestamp": 30, "input_length": 20, "output_length": 2, "hash_ids": [1]})" << "\n";
+    f << R"({"timestamp": 0, "input_length": 96, "output_length": 2, "hash_ids": [1, 2, 3]})"
+      << "\n"
+      << R"({"timestamp": 10, "input_length": 90, "output_length": 2, "hash_ids": [1, 2, 4]})"
+      << "\n"
+      << R"({"timestamp": 20, "input_length": 40, "output_length": 2, "hash_ids": [5, 2]})"
+      << "\n"
+      << R"({"timestamp": 30, "input_length": 20, "output_length": 2, "hash_ids": [1]})"
+      << "\n";
   }
-  const Workload w = parse_workload(std::string(kModel) + "engine: {block_size: 16, num_kv_blocks: 4096}\n" +
-                                        "requests:\n  trace: {format: mooncake, hash_block_size: 32, path: " + path.string() +
-                                        "}\n",
-                                    "w.yaml");
+  const Workload w =
+      parse_workload(std::string(kModel) + "engine: {block_size: 16, num_kv_blocks: 4096}\n" +
+                         "requests:\n  trace: {format: mooncake, hash_block_size: 32, path: " + path.string() + "}\n",
+                     "w.yaml");
   const PrefixBound b = prefix_bound(w, generate_requests(w));
   std::filesystem::remove(path);
   REQUIRE(b.hit_blocks_by_request.size() == 4);

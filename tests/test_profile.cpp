@@ -20,11 +20,11 @@ TEST_CASE("Curve interpolates linearly between knots and extrapolates past both 
   CHECK(c.at(1.5) == doctest::Approx(15));
   CHECK(c.at(2) == 20);
   CHECK(c.at(3) == doctest::Approx(20));
-  CHECK(c.at(100) == doctest::Approx(20));   // the last segment is flat
-  CHECK(c.at(0.5) == doctest::Approx(5));    // the first segment, extended
-  CHECK(c.at(-5) == 0);                      // clamped at zero
+  CHECK(c.at(100) == doctest::Approx(20));  // the last segment is flat
+  CHECK(c.at(0.5) == doctest::Approx(5));   // the first segment, extended
+  CHECK(c.at(-5) == 0);                     // clamped at zero
   const Curve up{{1, 2}, {1, 3}};
-  CHECK(up.at(10) == doctest::Approx(19));   // linear past the end: a compute-bound GEMM
+  CHECK(up.at(10) == doctest::Approx(19));  // linear past the end: a compute-bound GEMM
   const Curve down{{1, 2}, {1, 0}};
   CHECK(down.at(3) == 0);
   CHECK(Curve{{5}, {7}}.at(100) == 7);
@@ -75,7 +75,8 @@ OperatorProfile truth_profile() {
 
 StepPlan plan_of(const std::vector<std::tuple<int, int, bool>>& seqs) {
   StepPlan p;
-  for (auto [c, n, s] : seqs) p.add({ReqId(p.seqs.size()), n, c, s, {}}, n == 1 && c > 0 ? c : c + n);  // 1 after c: a decode
+  for (auto [c, n, s] : seqs)
+    p.add({ReqId(p.seqs.size()), n, c, s, {}}, n == 1 && c > 0 ? c : c + n);  // 1 after c: a decode
   return p;
 }
 }  // namespace
@@ -89,12 +90,12 @@ TEST_CASE("the curves derived from step totals recover the operators, and compos
   CHECK(p->prefill_attn.at(512) == doctest::Approx(Truth::pair).epsilon(1e-6));
   const ProfiledCostModel m(p);
   const std::vector<std::vector<std::tuple<int, int, bool>>> held_out = {
-      {{700, 1, true}},                                                    // decode, off-grid context
-      std::vector<std::tuple<int, int, bool>>(24, {900, 1, true}),         // decode, off-grid batch
-      {{0, 300, true}},                                                    // a whole prompt, sampled
-      {{1500, 200, false}},                                                // a chunk over a cached prefix
-      {{0, 400, true}, {100, 1, true}, {2000, 1, true}, {37, 1, true}},    // mixed
-      {{0, 64, true}, {0, 64, true}, {0, 64, true}},                       // static batching's prefill
+      {{700, 1, true}},                                                  // decode, off-grid context
+      std::vector<std::tuple<int, int, bool>>(24, {900, 1, true}),       // decode, off-grid batch
+      {{0, 300, true}},                                                  // a whole prompt, sampled
+      {{1500, 200, false}},                                              // a chunk over a cached prefix
+      {{0, 400, true}, {100, 1, true}, {2000, 1, true}, {37, 1, true}},  // mixed
+      {{0, 64, true}, {0, 64, true}, {0, 64, true}},                     // static batching's prefill
   };
   for (const auto& seqs : held_out) {
     CAPTURE(seqs.size());
@@ -135,15 +136,16 @@ TEST_CASE("refine_profile: a residual needs enough steps of its kind, an idle fa
   for (int i = 0; i < 3; ++i) steps.push_back({StepKind::Decode, true, false, 0.03, 0.010});
   const std::string notes = refine_profile(p, steps, 1e-4);
   CHECK(p.refine_decode == doctest::Approx(1.1));
-  CHECK(p.refine_prefill == 1.0);  // 5 steps < kMinRefineSteps
+  CHECK(p.refine_prefill == 1.0);                 // 5 steps < kMinRefineSteps
   CHECK(p.refine_mixed == doctest::Approx(2.0));  // (31 + 29) / 30
-  CHECK(p.idle_factor == 1.0);     // 3 after-idle steps < kMinIdleSamples
+  CHECK(p.idle_factor == 1.0);                    // 3 after-idle steps < kMinIdleSamples
   CHECK(p.loop_gap_s == 1e-4);
   CHECK(notes.find("residual prefill: 1 (5 back-to-back steps") != std::string::npos);
   for (int i = 0; i < kMinIdleSamples; ++i) steps.push_back({StepKind::Decode, true, false, 0.0202, 0.010});
   refine_profile(p, steps, 1e-4);
   // Totals over all 11 after-idle steps against their refined prediction (decode residual 1.1).
-  CHECK(p.idle_factor == doctest::Approx((3 * 0.03 + kMinIdleSamples * 0.0202) / ((3 + kMinIdleSamples) * 0.0101 * 1.1)));
+  CHECK(p.idle_factor ==
+        doctest::Approx((3 * 0.03 + kMinIdleSamples * 0.0202) / ((3 + kMinIdleSamples) * 0.0101 * 1.1)));
   CHECK(idle_factor_of({3, 3, 3}) == 1.0);
   CHECK(idle_factor_of(std::vector<double>(kMinIdleSamples, 50.0)) == 10.0);  // capped
 }
@@ -156,9 +158,10 @@ std::string write_file(const std::string& name, const std::string& text) {
 }
 
 std::string workload_with(const std::string& profile, const std::string& model = "tiny", int tp = 1) {
-  return fmt::format("model: {}\nhardware: {}\nengine: {{num_kv_blocks: 64, tp: {}}}\n"
-                     "requests: {{count: 1, arrival: {{process: burst}}, prompt_len: 4, output_len: 2}}\n",
-                     model, profile, tp);
+  return fmt::format(
+      "model: {}\nhardware: {}\nengine: {{num_kv_blocks: 64, tp: {}}}\n"
+      "requests: {{count: 1, arrival: {{process: burst}}, prompt_len: 4, output_len: 2}}\n",
+      model, profile, tp);
 }
 
 std::string load_error(const std::string& workload_text) {
@@ -231,14 +234,18 @@ TEST_CASE("a bad profile file is refused naming the file, the line and the field
     std::string name, text, expect;
   };
   const std::vector<Case> cases = {
-      {"kind", replaced("kind: multi", "kind: multy"), "field 'hardware.profiled.raw[24].kind': unknown step kind 'multy'"},
+      {"kind", replaced("kind: multi", "kind: multy"),
+       "field 'hardware.profiled.raw[24].kind': unknown step kind 'multy'"},
       {"ms", replaced("ms: ", "ms: -"), "field 'hardware.profiled.raw[0].ms'"},
       {"tokens", replaced("{kind: decode, seqs: 1, tokens: 1", "{kind: decode, seqs: 1, tokens: 2"),
        "field 'hardware.profiled.raw[38].tokens': a decode step has one token per sequence"},
-      {"nodecode", good.substr(0, good.rfind('\n', good.find("{kind: decode")) + 1), "field 'hardware.profiled.raw': needs decode steps"},
+      {"nodecode", good.substr(0, good.rfind('\n', good.find("{kind: decode")) + 1),
+       "field 'hardware.profiled.raw': needs decode steps"},
       {"nomodel", replaced("  model: tiny\n", ""), "field 'hardware.profiled.model': missing"},
-      {"extra", replaced("  tp: 1\n", "  tp: 1\n  peak_tflops: 3\n"), "field 'hardware.profiled.peak_tflops': unknown field"},
-      {"both", replaced("profiled:", "fitted: {}\nprofiled:"), "field 'hardware.profiled': a profile is either fitted or profiled"},
+      {"extra", replaced("  tp: 1\n", "  tp: 1\n  peak_tflops: 3\n"),
+       "field 'hardware.profiled.peak_tflops': unknown field"},
+      {"both", replaced("profiled:", "fitted: {}\nprofiled:"),
+       "field 'hardware.profiled': a profile is either fitted or profiled"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);
@@ -249,9 +256,11 @@ TEST_CASE("a bad profile file is refused naming the file, the line and the field
   }
   const std::string path = write_file("good.yaml", good);
   CHECK(load_error(workload_with(path)).empty());
-  CHECK(load_error(workload_with(path, "llama-100m")).find("the profile was measured on model 'tiny'") != std::string::npos);
-  CHECK(load_error(workload_with(path, "tiny", 2)).find("field 'engine.tp': the hardware profile was measured at tp 1") !=
+  CHECK(load_error(workload_with(path, "llama-100m")).find("the profile was measured on model 'tiny'") !=
         std::string::npos);
+  CHECK(
+      load_error(workload_with(path, "tiny", 2)).find("field 'engine.tp': the hardware profile was measured at tp 1") !=
+      std::string::npos);
 }
 
 namespace {
@@ -273,6 +282,7 @@ struct Recorder : executor_i {
 TEST_CASE("warm-up runs a prefill and a decode step at every graph bucket up to max_num_seqs") {
   Recorder r;
   CHECK(warm_up(r, {100, 16, 512, 48, 2048}) == 8);
-  const std::vector<std::pair<int32_t, int32_t>> want = {{1, 256}, {1, 1}, {2, 2}, {4, 4}, {8, 8}, {16, 16}, {32, 32}, {48, 48}};
+  const std::vector<std::pair<int32_t, int32_t>> want = {{1, 256}, {1, 1},   {2, 2},   {4, 4},
+                                                         {8, 8},   {16, 16}, {32, 32}, {48, 48}};
   CHECK(r.steps == want);
 }

@@ -11,9 +11,9 @@
 #include <unordered_set>
 
 #include "backend/cost_model.h"
+#include "core/rng.h"
 #include "sim/engine.h"
 #include "sim/prefix_bound.h"
-#include "core/rng.h"
 #include "sim/traces.h"
 
 using namespace tandem;
@@ -25,8 +25,9 @@ std::string shared_traces() {
 }
 
 Summary replay(const std::string& format, const std::string& path, const std::string& extra = "") {
-  const std::string y = "model: llama3-8b\nhardware: h200\nengine: {max_num_batched_tokens: 16384}\nrequests:\n  trace: {format: " +
-                        format + ", path: " + path + extra + "}\n";
+  const std::string y =
+      "model: llama3-8b\nhardware: h200\nengine: {max_num_batched_tokens: 16384}\nrequests:\n  trace: {format: " +
+      format + ", path: " + path + extra + "}\n";
   Workload w = parse_workload(y, "real_trace.yaml");
   SimExecutor exec(std::make_unique<AnalyticalCostModel>(w.model, w.hardware));
   VirtualClock clock;
@@ -76,10 +77,11 @@ TEST_CASE("mooncake conversation: hash ids per 512 tokens, a window replayed") {
 TEST_CASE("mooncake conversation: the whole hour with prefix caching, below the ideal") {
   const std::string path = shared_traces() + "/mooncake/conversation_trace.jsonl";
   const auto workload = [&](const std::string& kv) {
-    return parse_workload("model: llama3.1-8b\nhardware: h200\nengine: {max_num_batched_tokens: 16384, "
-                          "enable_prefix_caching: true" + kv + "}\nrequests:\n  trace: {format: mooncake, path: " + path +
-                              "}\n",
-                          "mooncake_prefix.yaml");
+    return parse_workload(
+        "model: llama3.1-8b\nhardware: h200\nengine: {max_num_batched_tokens: 16384, "
+        "enable_prefix_caching: true" +
+            kv + "}\nrequests:\n  trace: {format: mooncake, path: " + path + "}\n",
+        "mooncake_prefix.yaml");
   };
   using clk = std::chrono::steady_clock;
   const auto secs = [](clk::time_point a) { return std::chrono::duration<double>(clk::now() - a).count(); };
@@ -161,10 +163,11 @@ TEST_CASE("mooncake conversation: the whole hour with prefix caching, below the 
       double(ideal512_tokens) / double(b.queried_tokens), double(ideal512_anywhere_tokens) / double(b.queried_tokens),
       bound_s));
   for (const auto& [name, s, w, wall] : {std::tuple{"default", &su, &wu, wall_u}, std::tuple{"8192", &sb, &wb, wall_b}})
-    MESSAGE(fmt::format("  kv {} blocks ({}): hit rate {:.4f} (blocks {:.4f}), {} of {} requests hit, {} evictions, "
-                        "finished {}, simulated {:.0f} s, wall {:.2f} s (loop {:.2f} s)",
-                        w->engine.resolved_kv_blocks, name, s->prefix_hit_rate, s->prefix_block_hit_rate, s->prefix_hits,
-                        s->prefix_queries, s->prefix_evictions, s->finished, s->sim_s, wall, s->wall_s));
+    MESSAGE(
+        fmt::format("  kv {} blocks ({}): hit rate {:.4f} (blocks {:.4f}), {} of {} requests hit, {} evictions, "
+                    "finished {}, simulated {:.0f} s, wall {:.2f} s (loop {:.2f} s)",
+                    w->engine.resolved_kv_blocks, name, s->prefix_hit_rate, s->prefix_block_hit_rate, s->prefix_hits,
+                    s->prefix_queries, s->prefix_evictions, s->finished, s->sim_s, wall, s->wall_s));
 }
 
 TEST_CASE("vidur copies match the azure originals") {
@@ -182,11 +185,13 @@ TEST_CASE("vidur copies match the azure originals") {
 }
 
 TEST_CASE("sharegpt lengths as an empirical distribution") {
-  const std::string y = "model: llama3-8b\nhardware: h200\nrequests:\n  count: 1000\n  arrival: {process: poisson, rate: 5}\n"
-                        "  prompt_len: {dist: empirical, path: " + shared_traces() +
-                        "/etalon/sharegpt_8k_filtered_stats_llama2_tokenizer.csv}\n"
-                        "  output_len: {dist: empirical, path: " + shared_traces() +
-                        "/etalon/sharegpt_8k_filtered_stats_llama2_tokenizer.csv}\n";
+  const std::string y =
+      "model: llama3-8b\nhardware: h200\nrequests:\n  count: 1000\n  arrival: {process: poisson, rate: 5}\n"
+      "  prompt_len: {dist: empirical, path: " +
+      shared_traces() +
+      "/etalon/sharegpt_8k_filtered_stats_llama2_tokenizer.csv}\n"
+      "  output_len: {dist: empirical, path: " +
+      shared_traces() + "/etalon/sharegpt_8k_filtered_stats_llama2_tokenizer.csv}\n";
   RequestSet s = generate_requests(parse_workload(y, "w.yaml"));
   double sum = 0;
   for (const Request& r : s.requests) sum += r.prompt_len;

@@ -62,8 +62,8 @@ TEST_CASE("step metadata: rows, slots, tiles, tables and sample rows of a mixed 
   CHECK(b.at(b.layout.slots, 60) == 6 * 16 + 3);
   // Tiles: (seq, first row, tokens, first position).
   const AttentionTile* t = b.tiles();
-  const std::vector<std::vector<int32_t>> want = {{0, 0, 1, 37},   {1, 1, 16, 0},   {1, 17, 16, 16},
-                                                  {1, 33, 8, 32},  {2, 41, 16, 16}, {2, 57, 4, 32}};
+  const std::vector<std::vector<int32_t>> want = {{0, 0, 1, 37},  {1, 1, 16, 0},   {1, 17, 16, 16},
+                                                  {1, 33, 8, 32}, {2, 41, 16, 16}, {2, 57, 4, 32}};
   for (size_t i = 0; i < want.size(); ++i) {
     CAPTURE(i);
     CHECK(std::vector<int32_t>{t[i].seq, t[i].token0, t[i].n, t[i].pos0} == want[i]);

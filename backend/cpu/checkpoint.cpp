@@ -67,7 +67,8 @@ int32_t get_int(const json& j, const std::string& file, const char* key, std::op
 double get_double(const json& j, const std::string& file, const char* key, double dflt) {
   const json* v = find_key(j, key);
   if (!v) return dflt;
-  if (!v->is_number() || !(v->get<double>() > 0)) fail("{}: key '{}' must be a positive number, got {}", file, key, v->dump());
+  if (!v->is_number() || !(v->get<double>() > 0))
+    fail("{}: key '{}' must be a positive number, got {}", file, key, v->dump());
   return v->get<double>();
 }
 
@@ -146,7 +147,7 @@ float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t
 uint16_t f32_to_f16(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7FFFFFFFu;
-  if (ax > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN
+  if (ax > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);   // NaN
   if (ax >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520 rounds to inf
   // Round m >> shift to nearest, ties to even.
   auto rne = [](uint32_t m, int shift) {
@@ -154,7 +155,7 @@ uint16_t f32_to_f16(float f) {
     return r + (rem > half || (rem == half && (r & 1u)) ? 1u : 0u);
   };
   if (ax >= 0x38800000u) return static_cast<uint16_t>(sign | rne(ax - 0x38000000u, 13));  // normal: rebias 127 -> 15
-  if (ax <= 0x33000000u) return static_cast<uint16_t>(sign);  // <= 2^-25: ties to even zero
+  if (ax <= 0x33000000u) return static_cast<uint16_t>(sign);                              // <= 2^-25: ties to even zero
   // Subnormal half: units of 2^-24. value = m * 2^(e-150), so units = m >> (126 - e).
   const uint32_t e = ax >> 23, m = (ax & 0x7FFFFFu) | 0x800000u;
   return static_cast<uint16_t>(sign | rne(m, static_cast<int>(126 - e)));  // may round up to the smallest normal
@@ -236,7 +237,7 @@ void Checkpoint::index_file(const std::string& path) {
         bad("shape entries must be non-negative integers");
       const uint64_t dim = d.get<uint64_t>();
       numel = (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / dim) ? std::numeric_limits<uint64_t>::max()
-                                                                                 : numel * dim;
+                                                                               : numel * dim;
       e.shape.push_back(static_cast<int64_t>(dim));
     }
     const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
@@ -262,24 +263,29 @@ void Checkpoint::index_file(const std::string& path) {
   const std::string* prev = nullptr;
   for (const Span& sp : spans) {
     if (sp.begin < at)
-      fail("{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' (which ends at {})", path, sp.name, sp.begin, sp.end,
-           *prev, at);
+      fail("{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' (which ends at {})", path, sp.name, sp.begin,
+           sp.end, *prev, at);
     if (sp.begin > at)
-      fail("{}: tensor '{}': data starts at byte {}, but the data before it ends at {}: a gap the reference "
-           "implementation refuses", path, sp.name, sp.begin, at);
+      fail(
+          "{}: tensor '{}': data starts at byte {}, but the data before it ends at {}: a gap the reference "
+          "implementation refuses",
+          path, sp.name, sp.begin, at);
     at = sp.end;
     prev = &sp.name;
   }
   if (at != buffer)
-    fail("{}: {} bytes after the last tensor's data (the data buffer is {} bytes, the tensors cover {}); the reference "
-         "implementation refuses trailing bytes", path, buffer - at, buffer, at);
+    fail(
+        "{}: {} bytes after the last tensor's data (the data buffer is {} bytes, the tensors cover {}); the reference "
+        "implementation refuses trailing bytes",
+        path, buffer - at, buffer, at);
 }
 
 TensorF32 Checkpoint::read(const std::string& name, const std::vector<int64_t>& expected_shape) const {
   const auto it = tensors_.find(name);
   if (it == tensors_.end()) fail("tensor '{}' not found in {}", name, folder_);
   const Entry& e = it->second;
-  if (!readable(e.dtype)) fail("{}: tensor '{}' has dtype {}; only F32, BF16 and F16 can be read", e.file, name, e.dtype);
+  if (!readable(e.dtype))
+    fail("{}: tensor '{}' has dtype {}; only F32, BF16 and F16 can be read", e.file, name, e.dtype);
   if (!expected_shape.empty() && expected_shape != e.shape)
     fail("{}: tensor '{}' has shape {}, expected {}", e.file, name, shape_str(e.shape), shape_str(expected_shape));
   TensorF32 t{e.shape, std::vector<float>(e.nbytes / dtype_size(e.dtype))};
@@ -288,7 +294,8 @@ TensorF32 Checkpoint::read(const std::string& name, const std::vector<int64_t>& 
   std::vector<uint16_t> half(e.dtype == "F32" ? 0 : t.data.size());
   char* dst = e.dtype == "F32" ? reinterpret_cast<char*>(t.data.data()) : reinterpret_cast<char*>(half.data());
   // The file was checked when indexed; a failure here means it shrank since.
-  if (!in || !in.read(dst, static_cast<std::streamsize>(e.nbytes))) fail("{}: tensor '{}': read failed (file truncated?)", e.file, name);
+  if (!in || !in.read(dst, static_cast<std::streamsize>(e.nbytes)))
+    fail("{}: tensor '{}': read failed (file truncated?)", e.file, name);
   if (e.dtype == "BF16") std::transform(half.begin(), half.end(), t.data.begin(), bf16_to_f32);
   if (e.dtype == "F16") std::transform(half.begin(), half.end(), t.data.begin(), f16_to_f32);
   return t;

@@ -24,9 +24,10 @@ std::unique_ptr<CpuExecutor> make_cpu_executor(ModelSpec& m, uint64_t seed, cons
   const double kv_bytes = m.kv_bytes_per_token(4) * double(num_blocks) * block_size;  // fp32, all ranks
   const double ram = physical_memory_bytes();
   if (kv_bytes > 0.5 * ram)
-    throw InputError(fmt::format("the CPU backend's KV cache would take {:.1f} GB of {:.1f} GB of memory "
-                                 "({} blocks of {} tokens, fp32): set engine.num_kv_blocks or engine.kv_memory_gb",
-                                 kv_bytes / 1e9, ram / 1e9, num_blocks, block_size));
+    throw InputError(
+        fmt::format("the CPU backend's KV cache would take {:.1f} GB of {:.1f} GB of memory "
+                    "({} blocks of {} tokens, fp32): set engine.num_kv_blocks or engine.kv_memory_gb",
+                    kv_bytes / 1e9, ram / 1e9, num_blocks, block_size));
   check_fits_in_memory(m, kv_bytes);
   LlamaWeights w = m.checkpoint.empty() ? dummy_weights(m, seed) : load_checkpoint(m.checkpoint, m);
   if (const std::string problem = m.tp_split_problem(tp); !problem.empty())

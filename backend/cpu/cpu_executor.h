@@ -24,10 +24,10 @@ class CpuExecutor final : public executor_i {
 
 // As CudaExecutorOptions: each field from the engine section of a workload.
 struct CpuExecutorOptions {
-  int32_t kv_blocks = 0;      // KV cache blocks (engine.resolved_kv_blocks)
+  int32_t kv_blocks = 0;                   // KV cache blocks (engine.resolved_kv_blocks)
   int32_t block_size = kDefaultBlockSize;  // tokens per block (engine.block_size)
-  int32_t tp = 1;             // in-process ranks the model is split over (engine.tp)
-  bool deterministic = true;  // batch/chunk-invariant GEMMs (engine.deterministic)
+  int32_t tp = 1;                          // in-process ranks the model is split over (engine.tp)
+  bool deterministic = true;               // batch/chunk-invariant GEMMs (engine.deterministic)
 };
 
 // Builds the model for a workload: checkpoint weights if model.checkpoint is set, else dummy

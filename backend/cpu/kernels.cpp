@@ -22,10 +22,14 @@ int g_threads = 0;
 #ifdef TANDEM_AVX2
 using Acc = __m256;
 inline Acc acc_zero() { return _mm256_setzero_ps(); }
-inline Acc fma8(const float* a, const float* b, Acc c) { return _mm256_fmadd_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b), c); }
+inline Acc fma8(const float* a, const float* b, Acc c) {
+  return _mm256_fmadd_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b), c);
+}
 inline void store8(Acc v, float* out) { _mm256_storeu_ps(out, v); }
 #else
-struct Acc { float v[8]; };
+struct Acc {
+  float v[8];
+};
 inline Acc acc_zero() { return Acc{}; }
 inline Acc fma8(const float* a, const float* b, Acc c) {
   for (int l = 0; l < 8; ++l) c.v[l] = std::fma(a[l], b[l], c.v[l]);
@@ -187,7 +191,8 @@ namespace {
 #ifdef TANDEM_AVX2
 inline __m256 exp8(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3365f)), _mm256_set1_ps(88.3762626647950f));
-  __m256 fx = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(0.5f)));
+  __m256 fx =
+      _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(0.5f)));
   x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(0.693359375f)));
   x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(-2.12194440e-4f)));
   __m256 y = _mm256_set1_ps(1.9875691500E-4f);
@@ -206,7 +211,8 @@ void exp_block(float* v) {
     x = x - fx * 0.693359375f;
     x = x - fx * -2.12194440e-4f;
     float y = 1.9875691500E-4f;
-    for (float c : {1.3981999507E-3f, 8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f}) y = y * x + c;
+    for (float c : {1.3981999507E-3f, 8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f})
+      y = y * x + c;
     y = y * (x * x) + x + 1.0f;
     v[l] = std::ldexp(y, int(fx));
   }

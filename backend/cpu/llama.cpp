@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
-#include <unistd.h>
 
 #include "backend/cpu/checkpoint.h"
 #ifdef _OPENMP
@@ -13,8 +13,8 @@
 #endif
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
-#include "core/rng.h"
 #include "core/host.h"
+#include "core/rng.h"
 
 namespace tandem::cpu {
 
@@ -32,9 +32,10 @@ void check_fits_in_memory(const ModelSpec& m, double kv_bytes) {
   const double ram = physical_memory_bytes();
   const double weights = m.params() * 4.0;  // the CPU backend computes and stores fp32
   if (weights + kv_bytes > 0.8 * ram)
-    throw InputError(fmt::format("model '{}' needs {:.1f} GB of fp32 weights and {:.1f} GB of KV cache on the CPU backend; "
-                                 "this machine has {:.1f} GB (use a smaller model, e.g. tiny or llama-100m, or fewer KV blocks)",
-                                 m.name, weights / 1e9, kv_bytes / 1e9, ram / 1e9));
+    throw InputError(
+        fmt::format("model '{}' needs {:.1f} GB of fp32 weights and {:.1f} GB of KV cache on the CPU backend; "
+                    "this machine has {:.1f} GB (use a smaller model, e.g. tiny or llama-100m, or fewer KV blocks)",
+                    m.name, weights / 1e9, kv_bytes / 1e9, ram / 1e9));
 }
 
 LlamaWeights dummy_weights(const ModelSpec& m, uint64_t seed) {
@@ -67,11 +68,11 @@ LlamaWeights load_checkpoint(const std::string& folder, ModelSpec& m) {
   Checkpoint ck(folder);
   apply_hf_config(ck.config(), m);
   if (!m.tie_embeddings && !ck.has("lm_head.weight"))
-    throw InputError(fmt::format("{}: tensor 'lm_head.weight' not found and config.json says tie_word_embeddings is false",
-                                 folder));
+    throw InputError(
+        fmt::format("{}: tensor 'lm_head.weight' not found and config.json says tie_word_embeddings is false", folder));
   if (m.hidden % m.heads != 0 || m.heads % m.kv_heads != 0)
-    throw InputError(fmt::format("{}/config.json: hidden_size {} / heads {} / kv heads {} do not divide", folder, m.hidden,
-                                 m.heads, m.kv_heads));
+    throw InputError(fmt::format("{}/config.json: hidden_size {} / heads {} / kv heads {} do not divide", folder,
+                                 m.hidden, m.heads, m.kv_heads));
   const int64_t h = m.hidden, hd = m.head_dim(), q = int64_t(m.heads) * hd, kv = int64_t(m.kv_heads) * hd, f = m.ffn,
                 V = m.vocab;
   LlamaWeights w;
@@ -140,8 +141,17 @@ LlamaModel::LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, i
   const int64_t h = m.hidden, hd = m.head_dim(), H = m.heads, KV = m.kv_heads, F = m.ffn;
   const int64_t Hs = H / tp, KVs = KV / tp, Fs = F / tp;
   for (int32_t r = 0; r < tp; ++r) {
-    Shard sh{int32_t(Hs), int32_t(KVs), int32_t(Fs), {}, PagedKvStore(m.layers, int32_t(KVs), int32_t(hd), num_blocks, block_size),
-             {}, {}, {}, {}, {}, {}};
+    Shard sh{int32_t(Hs),
+             int32_t(KVs),
+             int32_t(Fs),
+             {},
+             PagedKvStore(m.layers, int32_t(KVs), int32_t(hd), num_blocks, block_size),
+             {},
+             {},
+             {},
+             {},
+             {},
+             {}};
     for (LlamaLayer& L : w_.layers) {
       LlamaLayer S;
       if (tp == 1) {  // the whole model is the one shard: move, don't copy
@@ -170,8 +180,10 @@ LlamaModel::LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, i
 }
 
 void LlamaModel::gemm(const float* x, int64_t t, int64_t k, const std::vector<float>& w, int64_t n, float* y) const {
-  if (gemm_path_ == GemmPath::Invariant) gemm_nt(x, t, k, w.data(), n, y);
-  else gemm_nt_eigen(x, t, k, w.data(), n, y);
+  if (gemm_path_ == GemmPath::Invariant)
+    gemm_nt(x, t, k, w.data(), n, y);
+  else
+    gemm_nt_eigen(x, t, k, w.data(), n, y);
 }
 
 // One rank after another would waste the cores: with tp > 1 every rank gets a thread, and
@@ -208,7 +220,8 @@ void LlamaModel::attention(Shard& sh, int32_t layer, const StepPlan& plan, const
   // exact zeros. So a score, a softmax and an output element depend only on the query's own
   // absolute position and the keys 0..pos, whatever else is in the step or how it was chunked.
   std::vector<int64_t> first_token(plan.seqs.size());
-  for (size_t s = 0, t = 0; s < plan.seqs.size(); t += size_t(plan.seqs[s].num_tokens), ++s) first_token[s] = int64_t(t);
+  for (size_t s = 0, t = 0; s < plan.seqs.size(); t += size_t(plan.seqs[s].num_tokens), ++s)
+    first_token[s] = int64_t(t);
   const int64_t items = int64_t(plan.seqs.size()) * KV;
   // Inside a tensor-parallel rank the region is nested and runs on that rank's thread alone.
   const int nt = threads();

@@ -24,7 +24,7 @@ struct LlamaLayer {
 };
 
 struct LlamaWeights {
-  std::vector<float> embed;       // [V][h]
+  std::vector<float> embed;  // [V][h]
   std::vector<LlamaLayer> layers;
   std::vector<float> final_norm;  // [h]
   std::vector<float> lm_head;     // [V][h] (a copy of embed when tied)

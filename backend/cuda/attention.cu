@@ -46,8 +46,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = tid; i < kRows * HD; i += kThreads) {
     const int r = i / HD, d = i % HD;
     float v = 0.0f;
-    if (r < rows)
-      v = qkv[int64_t(tile.token0 + r / group) * qkv_stride + int64_t(g * group + r % group) * HD + d];
+    if (r < rows) v = qkv[int64_t(tile.token0 + r / group) * qkv_stride + int64_t(g * group + r % group) * HD + d];
     q_s[r][d] = v;
   }
 

@@ -74,7 +74,8 @@ __global__ void __launch_bounds__(kThreads)
   const bool valid = row < rows;
   const int pos = tile.pos0 + row / group;
   const int warp_rows = rows - warp * 16;  // valid rows of this warp (may be <= 0)
-  const int warp_last_pos = warp_rows > 0 ? tile.pos0 + (warp * 16 + (warp_rows < 16 ? warp_rows : 16) - 1) / group : -1;
+  const int warp_last_pos =
+      warp_rows > 0 ? tile.pos0 + (warp * 16 + (warp_rows < 16 ? warp_rows : 16) - 1) / group : -1;
   float m = -INFINITY, l = 0.0f, o[kHalfDims];
 #pragma unroll
   for (int i = 0; i < kHalfDims; ++i) o[i] = 0.0f;
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (kt * kKeys > warp_last_pos) continue;  // warp-uniform: every row of this warp ended earlier
 
-    // S = Q K^T for this warp's 16 rows and the 64 keys.
+      // S = Q K^T for this warp's 16 rows and the 64 keys.
 #pragma unroll
     for (int n = 0; n < kKeys / 16; ++n) {
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
@@ -157,7 +158,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   if (!valid) return;
-  bf16* dst = out + int64_t(tile.token0 + row / group) * heads * HD + int64_t(g * group + row % group) * HD + half * kHalfDims;
+  bf16* dst =
+      out + int64_t(tile.token0 + row / group) * heads * HD + int64_t(g * group + row % group) * HD + half * kHalfDims;
   const float inv = 1.0f / l;
 #pragma unroll
   for (int i = 0; i < kHalfDims; ++i) dst[i] = __float2bfloat16(o[i] * inv);
@@ -171,8 +173,8 @@ void launch_mma(const AttentionArgs& a, const AttentionLaunch& l, cudaStream_t s
   int device = 0;
   TANDEM_CUDA_CHECK(cudaGetDevice(&device));
   if (device >= 64 || !configured[device]) {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(bytes)));
+    TANDEM_CUDA_CHECK(
+        cudaFuncSetAttribute(paged_attention_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     if (device < 64) configured[device] = true;
   }
   paged_attention_mma_kernel<HD><<<l.grid, kThreads, bytes, s>>>(a.qkv, a.qkv_stride, a.k_cache, a.v_cache,

@@ -14,14 +14,15 @@ namespace tandem::cuda {
 // What the executor takes from a workload's engine section (the CLI fills it from
 // EngineSpec, whose defaults these repeat).
 struct CudaExecutorOptions {
-  int32_t kv_blocks = 0;           // KV cache blocks (engine.resolved_kv_blocks)
+  int32_t kv_blocks = 0;                   // KV cache blocks (engine.resolved_kv_blocks)
   int32_t block_size = kDefaultBlockSize;  // tokens per block (engine.block_size)
-  int32_t tp = 1;                  // GPUs 0..tp-1 (engine.tp)
-  bool deterministic = true;       // pin the GEMM algorithms: batch/chunk-invariant (engine.deterministic)
-  bool cuda_graph = true;          // replay decode steps from captured graphs (engine.cuda_graph)
-  bool mma_attention = false;      // attention on the tensor cores (engine.cuda_attention: mma) or CUDA cores (simt)
-  int32_t max_step_tokens = SchedulerConfig{}.max_num_batched_tokens;  // the largest step (engine.max_num_batched_tokens)
-  int32_t max_step_seqs = SchedulerConfig{}.max_num_seqs;              // (engine.max_num_seqs)
+  int32_t tp = 1;                          // GPUs 0..tp-1 (engine.tp)
+  bool deterministic = true;               // pin the GEMM algorithms: batch/chunk-invariant (engine.deterministic)
+  bool cuda_graph = true;                  // replay decode steps from captured graphs (engine.cuda_graph)
+  bool mma_attention = false;  // attention on the tensor cores (engine.cuda_attention: mma) or CUDA cores (simt)
+  int32_t max_step_tokens =
+      SchedulerConfig{}.max_num_batched_tokens;            // the largest step (engine.max_num_batched_tokens)
+  int32_t max_step_seqs = SchedulerConfig{}.max_num_seqs;  // (engine.max_num_seqs)
 };
 
 // Builds the backend for a workload: GPU 0 (or GPUs 0..tp-1), checkpoint weights if

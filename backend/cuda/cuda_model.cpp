@@ -139,7 +139,8 @@ void CudaModel::Impl::load_weights(const cpu::LlamaWeights* w) {
   const std::vector<float> ones(size_t(h), 1.0f);
   const auto upload_norm = [&](DeviceBuffer<float>& dst, const std::vector<float>* src) {
     dst.resize(size_t(h));
-    TANDEM_CUDA_CHECK(cudaMemcpy(dst.get(), (src ? *src : ones).data(), size_t(h) * sizeof(float), cudaMemcpyHostToDevice));
+    TANDEM_CUDA_CHECK(
+        cudaMemcpy(dst.get(), (src ? *src : ones).data(), size_t(h) * sizeof(float), cudaMemcpyHostToDevice));
   };
   std::vector<float> cos_table, sin_table;
   cpu::rope_tables(m, cos_table, sin_table, cpu::rope_positions(m, num_blocks, block_size));
@@ -161,8 +162,8 @@ void CudaModel::Impl::load_weights(const cpu::LlamaWeights* w) {
       const std::vector<float>* wqkv = src ? &src->wqkv : nullptr;
       load_slice(r, L.wqkv.get(), wqkv, id, fan(h), Hs * hd, h, h, ri * Hs * hd, 0);
       load_slice(r, L.wqkv.get() + Hs * hd * h, wqkv, id, fan(h), KVs * hd, h, h, H * hd + ri * KVs * hd, 0);
-      load_slice(r, L.wqkv.get() + (Hs + KVs) * hd * h, wqkv, id, fan(h), KVs * hd, h, h,
-                 (H + KV) * hd + ri * KVs * hd, 0);
+      load_slice(r, L.wqkv.get() + (Hs + KVs) * hd * h, wqkv, id, fan(h), KVs * hd, h, h, (H + KV) * hd + ri * KVs * hd,
+                 0);
       L.wo.resize(size_t(h * Hs * hd));
       load_slice(r, L.wo.get(), src ? &src->wo : nullptr, id + 1, fan(H * hd), h, Hs * hd, H * hd, 0, ri * Hs * hd);
       L.w_gate_up.resize(size_t(2 * Fs * h));
@@ -175,11 +176,13 @@ void CudaModel::Impl::load_weights(const cpu::LlamaWeights* w) {
     if (ri == 0) {  // the LM head runs on rank 0 only
       upload_norm(r.final_norm, w ? &w->final_norm : nullptr);
       r.lm_head.resize(size_t(V * h));
-      if (w) load_slice(r, r.lm_head.get(), &w->lm_head, 0, 0, V, h, h, 0, 0);
+      if (w)
+        load_slice(r, r.lm_head.get(), &w->lm_head, 0, 0, V, h, h, 0, 0);
       else if (m.tie_embeddings)
         TANDEM_CUDA_CHECK(cudaMemcpyAsync(r.lm_head.get(), r.embed.get(), size_t(V * h) * sizeof(bf16),
                                           cudaMemcpyDeviceToDevice, r.stream));  // after embed's fill, same stream
-      else load_slice(r, r.lm_head.get(), nullptr, 1 + 4 * uint64_t(m.layers), fan(h), V, h, h, 0, 0);
+      else
+        load_slice(r, r.lm_head.get(), nullptr, 1 + 4 * uint64_t(m.layers), fan(h), V, h, h, 0, 0);
     }
     r.rope_cos.resize(cos_table.size());
     r.rope_sin.resize(sin_table.size());
@@ -229,7 +232,9 @@ void CudaModel::Impl::fill_meta(const StepPlan& plan, std::span<const Token> tok
 
 void CudaModel::Impl::upload_meta(int64_t T, int64_t S) {
   const auto part = [&](Rank& r, size_t off, size_t n) {
-    if (n) TANDEM_CUDA_CHECK(cudaMemcpyAsync(r.meta.get() + off, host_meta.get() + off, n * 4, cudaMemcpyHostToDevice, r.stream));
+    if (n)
+      TANDEM_CUDA_CHECK(
+          cudaMemcpyAsync(r.meta.get() + off, host_meta.get() + off, n * 4, cudaMemcpyHostToDevice, r.stream));
   };
   for (Rank& r : ranks) {
     use(r);
@@ -353,8 +358,8 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
   if (const std::string problem = m.tp_split_problem(tp); !problem.empty())
     throw InputError(fmt::format("engine.tp: {}", problem));
   if (!attention_supports_head_dim(m.head_dim()))
-    throw InputError(fmt::format("model '{}': head_dim {} is not supported by the CUDA attention kernel (32, 64 or 128)",
-                                 m.name, m.head_dim()));
+    throw InputError(fmt::format(
+        "model '{}': head_dim {} is not supported by the CUDA attention kernel (32, 64 or 128)", m.name, m.head_dim()));
   const int32_t group = m.heads / m.kv_heads, max_group = opt.attention == AttentionKernel::Mma ? 64 : 16;
   if (group > max_group)
     throw InputError(fmt::format("model '{}': {} query heads per KV head; the CUDA attention kernel takes at most {}",
@@ -363,7 +368,8 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
   if (devices < tp)
     throw std::runtime_error(tp == 1 ? std::string("--backend cuda: no usable CUDA device")
                                      : fmt::format("engine.tp {} needs {} GPUs; {} found", tp, tp, devices));
-  s.tile_tokens = opt.attention == AttentionKernel::Mma ? attention_mma_tile_tokens(group) : attention_tile_tokens(group);
+  s.tile_tokens =
+      opt.attention == AttentionKernel::Mma ? attention_mma_tile_tokens(group) : attention_tile_tokens(group);
   s.ranks.resize(size_t(tp));
   const double kv_bytes = m.kv_bytes_per_token(2, tp) * double(num_blocks) * block_size;  // bf16, one rank
   const double weight_bytes = (m.linear_params() / tp + 2.0 * m.hidden * double(m.vocab)) * 2.0;
@@ -371,9 +377,10 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
   // and the LM head's rows; the 32 MB GEMM workspace aside.
   const int32_t max_seqs = next_pow2(std::max(1, opt.max_step_seqs));
   const double tokens = double(std::max(opt.max_step_tokens, max_seqs));
-  const double act_bytes = tokens * (4.0 * 2 * m.hidden + 2.0 * m.hidden + 4.0 * (m.heads + 2 * m.kv_heads) / tp * m.head_dim() +
-                                     2.0 * m.heads / tp * m.head_dim() + (4.0 * 2 + 2.0) * m.ffn / tp) +
-                           double(max_seqs) * (2.0 * m.hidden + 4.0 * m.vocab);
+  const double act_bytes =
+      tokens * (4.0 * 2 * m.hidden + 2.0 * m.hidden + 4.0 * (m.heads + 2 * m.kv_heads) / tp * m.head_dim() +
+                2.0 * m.heads / tp * m.head_dim() + (4.0 * 2 + 2.0) * m.ffn / tp) +
+      double(max_seqs) * (2.0 * m.hidden + 4.0 * m.vocab);
   for (int i = 0; i < tp; ++i) {
     Rank& r = s.ranks[size_t(i)];
     r.device = i;
@@ -384,14 +391,15 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
     size_t free_b = 0, total_b = 0;
     TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     if (kv_bytes + weight_bytes + act_bytes > 0.95 * double(free_b))
-      throw InputError(fmt::format("model '{}' needs {:.1f} GB of bf16 weights, {:.1f} GB of KV cache and {:.1f} GB of "
-                                   "activations (engine.max_num_batched_tokens {}) per GPU; GPU {} has {:.1f} GB free "
-                                   "(set engine.num_kv_blocks or engine.kv_memory_gb, lower the token budget, or raise engine.tp)",
-                                   m.name, weight_bytes / 1e9, kv_bytes / 1e9, act_bytes / 1e9, opt.max_step_tokens, i,
-                                   double(free_b) / 1e9));
+      throw InputError(fmt::format(
+          "model '{}' needs {:.1f} GB of bf16 weights, {:.1f} GB of KV cache and {:.1f} GB of "
+          "activations (engine.max_num_batched_tokens {}) per GPU; GPU {} has {:.1f} GB free "
+          "(set engine.num_kv_blocks or engine.kv_memory_gb, lower the token budget, or raise engine.tp)",
+          m.name, weight_bytes / 1e9, kv_bytes / 1e9, act_bytes / 1e9, opt.max_step_tokens, i, double(free_b) / 1e9));
     TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
     r.gemm = std::make_unique<Gemm>(opt.deterministic, opt.gemm_pin_tokens, int64_t(tokens), opt.gemm_own_kernel);
-    const size_t kv_elems = size_t(m.layers) * size_t(num_blocks) * size_t(block_size) * size_t(r.kv_heads) * size_t(m.head_dim());
+    const size_t kv_elems =
+        size_t(m.layers) * size_t(num_blocks) * size_t(block_size) * size_t(r.kv_heads) * size_t(m.head_dim());
     r.k_cache.resize(kv_elems);
     r.v_cache.resize(kv_elems);
   }
@@ -443,7 +451,8 @@ void CudaModel::forward(const StepPlan& plan, std::span<const Token> tokens, std
   if (s.ranks.size() > 1) TANDEM_CUDA_CHECK(cudaSetDevice(r.device));
   const int64_t n_real = graph ? S : s.num_samples;
   if (n_real)
-    TANDEM_CUDA_CHECK(cudaMemcpyAsync(s.host_sampled.get(), r.sampled.get(), size_t(n_real) * 4, cudaMemcpyDeviceToHost, r.stream));
+    TANDEM_CUDA_CHECK(
+        cudaMemcpyAsync(s.host_sampled.get(), r.sampled.get(), size_t(n_real) * 4, cudaMemcpyDeviceToHost, r.stream));
   if (logits) {
     s.host_logits.resize(size_t(n_real * s.m.vocab));
     if (n_real)
@@ -467,9 +476,11 @@ std::string CudaModel::describe() const {
   const auto line = [&](const char* name, int64_t N, int64_t K) {
     out += fmt::format("  gemm {:<8} {:>6} x {:<6} {}\n", name, N, K, r.gemm->describe(N, K));
   };
-  out += fmt::format("attention: {}\n", s.opt.attention == AttentionKernel::Mma ? "mma (tensor cores)" : "simt (CUDA cores)");
-  out += fmt::format("gemm mode: {}\n", s.opt.deterministic ? fmt::format("deterministic (pinned at {} tokens)", s.opt.gemm_pin_tokens)
-                                                            : std::string("fast (heuristic per step size)"));
+  out += fmt::format("attention: {}\n",
+                     s.opt.attention == AttentionKernel::Mma ? "mma (tensor cores)" : "simt (CUDA cores)");
+  out += fmt::format("gemm mode: {}\n", s.opt.deterministic
+                                            ? fmt::format("deterministic (pinned at {} tokens)", s.opt.gemm_pin_tokens)
+                                            : std::string("fast (heuristic per step size)"));
   line("qkv", (r.heads + 2 * r.kv_heads) * hd, h);
   line("o", h, r.heads * hd);
   line("gate_up", 2 * r.ffn, h);

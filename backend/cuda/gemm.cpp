@@ -22,8 +22,11 @@ V algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttribut
 }  // namespace
 
 Gemm::Gemm(bool deterministic, int32_t pin_tokens, int64_t max_tokens, bool own_kernel)
-    : deterministic_(deterministic), pin_tokens_(pin_tokens), max_tokens_(std::max<int64_t>(max_tokens, pin_tokens)),
-      workspace_(kWorkspaceBytes), force_own_(own_kernel) {
+    : deterministic_(deterministic),
+      pin_tokens_(pin_tokens),
+      max_tokens_(std::max<int64_t>(max_tokens, pin_tokens)),
+      workspace_(kWorkspaceBytes),
+      force_own_(own_kernel) {
   TANDEM_CUBLAS_CHECK(cublasLtCreate(&lt_));
   TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // Row-major Y = X W^T is column-major Y^T = W X^T with W read transposed: A = W (op T), B = X.
@@ -48,7 +51,8 @@ std::vector<cublasLtMatmulAlgo_t> Gemm::candidates(const Shape& sh, int64_t T, b
   cublasLtMatmulPreference_t pref = nullptr;
   TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
-  TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  TANDEM_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   if (no_reduction) {
     const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
     TANDEM_CUBLAS_CHECK(
@@ -103,15 +107,16 @@ const cublasLtMatmulAlgo_t& Gemm::algo_for(const Shape& sh, int64_t T) {
     if (found != per_tokens_.end()) return found->second;
     const auto algos = candidates(sh, T, false);
     if (algos.empty())
-      throw std::runtime_error(fmt::format("cuBLASLt offers no algorithm for a {}x{} weight at {} tokens", sh.N, sh.K, T));
+      throw std::runtime_error(
+          fmt::format("cuBLASLt offers no algorithm for a {}x{} weight at {} tokens", sh.N, sh.K, T));
     return per_tokens_[{sh, T}] = algos.front();
   }
   const auto found = pinned_.find(sh);
   if (found != pinned_.end()) {
     // A step larger than the sizes checked at pinning (the model grew its buffers): check it.
     if (T > max_tokens_ && !valid_at(sh, found->second, T))
-      throw std::runtime_error(fmt::format("the pinned cuBLASLt algorithm for a {}x{} weight does not run {} tokens",
-                                           sh.N, sh.K, T));
+      throw std::runtime_error(
+          fmt::format("the pinned cuBLASLt algorithm for a {}x{} weight does not run {} tokens", sh.N, sh.K, T));
     return found->second;
   }
   // The heuristic's order among the algorithms without a reduction; failing those, its
@@ -190,7 +195,8 @@ bool Gemm::rows_invariant_on_device(const Shape& sh, const cublasLtMatmulAlgo_t&
     same = same && a == b;
   }
   if (!same)
-    notes_[sh] += fmt::format(" [algo {} not row-invariant: skipped]", algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID));
+    notes_[sh] +=
+        fmt::format(" [algo {} not row-invariant: skipped]", algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID));
   return same;
 }
 
@@ -199,16 +205,18 @@ void Gemm::matmul(const void* X, int64_t T, const void* W, const Shape& sh, void
   if (uses_own_kernel(sh)) {
     const auto* x = static_cast<const bf16*>(X);
     const auto* w = static_cast<const bf16*>(W);
-    if (sh.bf16_out) gemm_invariant(x, T, sh.K, w, sh.N, static_cast<bf16*>(Y), s);
-    else gemm_invariant(x, T, sh.K, w, sh.N, static_cast<float*>(Y), s);
+    if (sh.bf16_out)
+      gemm_invariant(x, T, sh.K, w, sh.N, static_cast<bf16*>(Y), s);
+    else
+      gemm_invariant(x, T, sh.K, w, sh.N, static_cast<float*>(Y), s);
     return;
   }
   const cublasLtMatmulAlgo_t& algo = algo_for(sh, T);
   const auto A = layout(CUDA_R_16BF, sh.K, sh.N), B = layout(CUDA_R_16BF, sh.K, T),
              D = layout(sh.bf16_out ? CUDA_R_16BF : CUDA_R_32F, sh.N, T);
   const float one = 1.0f, zero = 0.0f;
-  TANDEM_CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &one, W, A, X, B, &zero, Y, D, Y, D, &algo, workspace_.get(),
-                                     kWorkspaceBytes, s));
+  TANDEM_CUBLAS_CHECK(
+      cublasLtMatmul(lt_, op_, &one, W, A, X, B, &zero, Y, D, Y, D, &algo, workspace_.get(), kWorkspaceBytes, s));
 }
 
 void Gemm::run(const __nv_bfloat16* X, int64_t T, int64_t K, const __nv_bfloat16* W, int64_t N, float* Y,

@@ -75,8 +75,8 @@ class Gemm {
   cublasLtMatmulDesc_t op_ = nullptr;
   DeviceBuffer<char> workspace_;
   std::map<std::tuple<int, int64_t, int64_t>, cublasLtMatrixLayout_t> layouts_;
-  std::map<Shape, cublasLtMatmulAlgo_t> pinned_;                          // deterministic
-  std::map<Shape, bool> own_;                                              // deterministic: own kernel instead
+  std::map<Shape, cublasLtMatmulAlgo_t> pinned_;  // deterministic
+  std::map<Shape, bool> own_;                     // deterministic: own kernel instead
   bool force_own_ = false;
   std::map<std::tuple<Shape, int64_t>, cublasLtMatmulAlgo_t> per_tokens_;  // fast
 };

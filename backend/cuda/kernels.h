@@ -86,9 +86,9 @@ void gather_rows(const bf16* in, const int32_t* rows, int64_t n, int64_t h, bf16
 void argmax_rows(const float* logits, int64_t n, int64_t V, int32_t* out, cudaStream_t s);
 
 // Dummy weights generated on the device from (seed, tensor id, index in the full tensor):
-// uniform in [-scale, scale] (the bf16 rounding can reach bf16(scale)). Any model size starts in seconds. `w` receives the
-// rows x cols slice at (row0, col0) of a tensor with full_cols columns, so a tensor-parallel
-// rank's shard holds exactly the values of the unsharded tensor.
+// uniform in [-scale, scale] (the bf16 rounding can reach bf16(scale)). Any model size starts in seconds. `w` receives
+// the rows x cols slice at (row0, col0) of a tensor with full_cols columns, so a tensor-parallel rank's shard holds
+// exactly the values of the unsharded tensor.
 void fill_uniform(bf16* w, int64_t rows, int64_t cols, int64_t full_cols, int64_t row0, int64_t col0, uint64_t seed,
                   uint64_t tensor_id, float scale, cudaStream_t s);
 

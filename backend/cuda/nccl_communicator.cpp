@@ -32,7 +32,8 @@ NcclCommunicator::~NcclCommunicator() {
 
 int NcclCommunicator::size() const { return int(impl_->comms.size()); }
 
-void NcclCommunicator::all_reduce_sum_async(std::span<float* const> bufs, size_t n, std::span<const cudaStream_t> streams) {
+void NcclCommunicator::all_reduce_sum_async(std::span<float* const> bufs, size_t n,
+                                            std::span<const cudaStream_t> streams) {
   if (bufs.size() != impl_->comms.size() || streams.size() != bufs.size())
     throw std::invalid_argument("NcclCommunicator: one buffer and one stream per rank");
   TANDEM_NCCL_CHECK(ncclGroupStart());

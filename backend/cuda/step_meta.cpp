@@ -22,7 +22,8 @@ StepMetaCounts build_step_meta(const StepPlan& plan, std::span<const Token> toke
   StepMetaCounts c;
   int64_t& t = c.rows;
   const int64_t max_tokens = int64_t(L.positions), max_seqs = int64_t(L.total - L.samples);
-  if (int64_t(plan.seqs.size()) > max_seqs || std::max<int64_t>(plan.num_tokens, pad_to) > max_tokens || pad_to > max_seqs)
+  if (int64_t(plan.seqs.size()) > max_seqs || std::max<int64_t>(plan.num_tokens, pad_to) > max_tokens ||
+      pad_to > max_seqs)
     throw std::logic_error("build_step_meta: the step exceeds the metadata buffer");
   int64_t sum = 0;
   for (const ScheduledSeq& seq : plan.seqs) {
@@ -41,13 +42,15 @@ StepMetaCounts build_step_meta(const StepPlan& plan, std::span<const Token> toke
       const int32_t pos = seq.num_computed_before + i;
       if (pos >= sh.max_model_len) throw std::logic_error("build_step_meta: position past max_model_len");
       if (pos / sh.block_size >= int32_t(seq.block_table.size()))
-        throw std::logic_error(fmt::format("build_step_meta: position {} has no block (block table of {})", pos,
-                                           seq.block_table.size()));
+        throw std::logic_error(
+            fmt::format("build_step_meta: position {} has no block (block table of {})", pos, seq.block_table.size()));
       const int32_t block = seq.block_table[size_t(pos / sh.block_size)];
       if (block < 0 || block >= sh.num_blocks)
-        throw std::logic_error(fmt::format("build_step_meta: block id {} outside the cache ({} blocks)", block, sh.num_blocks));
+        throw std::logic_error(
+            fmt::format("build_step_meta: block id {} outside the cache ({} blocks)", block, sh.num_blocks));
       const Token id = tokens[size_t(t)];
-      if (id < 0 || id >= sh.vocab) throw std::runtime_error(fmt::format("token id {} outside the vocabulary ({})", id, sh.vocab));
+      if (id < 0 || id >= sh.vocab)
+        throw std::runtime_error(fmt::format("token id {} outside the vocabulary ({})", id, sh.vocab));
       meta[L.tokens + size_t(t)] = id;
       meta[L.positions + size_t(t)] = pos;
       meta[L.slots + size_t(t)] = block * sh.block_size + pos % sh.block_size;

@@ -82,5 +82,4 @@ inline std::vector<tandem::Override> set_lines(const std::string& text) {
 #define TANDEM_FUZZ_EXPECT_INPUT_ERROR(body) \
   try {                                      \
     body;                                    \
-  } catch (const tandem::InputError&) {      \
-  }
+  } catch (const tandem::InputError&) {}

@@ -14,11 +14,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     tandem::write_safetensors(d + "/model.safetensors", {}, "F32");
     return d;
   }();
-  static const std::string workload =
-      "model: {checkpoint: " + dir + "}\n"
-      "hardware: h200\n"
-      "engine: {max_num_seqs: 4, max_num_batched_tokens: 64}\n"
-      "requests: {count: 2, prompt_len: 4, output_len: 4}\n";
+  static const std::string workload = "model: {checkpoint: " + dir +
+                                      "}\n"
+                                      "hardware: h200\n"
+                                      "engine: {max_num_seqs: 4, max_num_batched_tokens: 64}\n"
+                                      "requests: {count: 2, prompt_len: 4, output_len: 4}\n";
   tandem_fuzz::write_file(dir + "/config.json", data, size);
   try {
     const tandem::Checkpoint ck(dir);
@@ -26,7 +26,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     tandem::apply_hf_config(ck.config(), m);
     const tandem::Workload w = tandem::parse_workload(workload, tandem_fuzz::scratch_path("w.yaml"));
     (void)tandem::to_yaml(w);
-  } catch (const tandem::InputError&) {
-  }
+  } catch (const tandem::InputError&) {}
   return 0;
 }

@@ -11,14 +11,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string profile = tandem_fuzz::scratch_path("profile.yaml");
   static const std::string workload =
       "model: tiny\n"
-      "hardware: " + profile + "\n"
+      "hardware: " +
+      profile +
+      "\n"
       "engine: {max_num_seqs: 4, max_num_batched_tokens: 64}\n"
       "requests: {count: 2, prompt_len: 4, output_len: 4}\n";
   tandem_fuzz::write_file(profile, data, size);
   try {
     const tandem::Workload w = tandem::parse_workload(workload, tandem_fuzz::scratch_path("w.yaml"));
     (void)tandem::to_yaml(w);
-  } catch (const tandem::InputError&) {
-  }
+  } catch (const tandem::InputError&) {}
   return 0;
 }

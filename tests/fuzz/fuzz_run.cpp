@@ -53,7 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     tandem::Workload w = tandem::parse_workload(text, path, overrides);
     if (w.requests.trace) {
-      if (w.requests.trace->limit == 0 || w.requests.trace->limit > kMaxRequests) w.requests.trace->limit = kMaxRequests;
+      if (w.requests.trace->limit == 0 || w.requests.trace->limit > kMaxRequests)
+        w.requests.trace->limit = kMaxRequests;
     } else if (w.requests.count > kMaxRequests) {
       w.requests.count = kMaxRequests;
     }
@@ -86,7 +87,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     outputs.finish(engine, s, w);
     std::ostringstream table;
     tandem::print_summary(table, s);
-  } catch (const tandem::InputError&) {
-  }
+  } catch (const tandem::InputError&) {}
   return 0;
 }

@@ -28,7 +28,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       TANDEM_FUZZ_EXPECT_INPUT_ERROR((void)ck.read(name));
       TANDEM_FUZZ_EXPECT_INPUT_ERROR((void)ck.read(name, {2, 2}));
     }
-  } catch (const tandem::InputError&) {
-  }
+  } catch (const tandem::InputError&) {}
   return 0;
 }

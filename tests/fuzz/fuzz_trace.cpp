@@ -27,7 +27,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
     }
-  } catch (const tandem::InputError&) {
-  }
+  } catch (const tandem::InputError&) {}
   return 0;
 }

@@ -21,11 +21,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       (void)tandem::parse_workload(printed, path);
     } catch (const tandem::InputError& e) {
-      std::fprintf(stderr, "FINDING: the resolved workload (tandem validate) does not load again: %s\n--- printed:\n%s\n",
+      std::fprintf(stderr,
+                   "FINDING: the resolved workload (tandem validate) does not load again: %s\n--- printed:\n%s\n",
                    e.what(), printed.c_str());
       std::abort();
     }
-  } catch (const tandem::InputError&) {
-  }
+  } catch (const tandem::InputError&) {}
   return 0;
 }
