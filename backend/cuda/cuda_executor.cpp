@@ -34,6 +34,7 @@ std::unique_ptr<executor_i> make_cuda_executor(ModelSpec& m, uint64_t seed, cons
   opt.deterministic = e.deterministic;
   opt.cuda_graph = e.cuda_graph;
   opt.tp = e.tp;
+  opt.first_device = e.device;
   opt.max_step_tokens = e.max_step_tokens;
   opt.max_step_seqs = e.max_step_seqs;
   if (m.checkpoint.empty()) return std::make_unique<CudaExecutor>(m, nullptr, seed, e.kv_blocks, e.block_size, opt);

@@ -16,7 +16,8 @@ namespace tandem::cuda {
 struct CudaExecutorOptions {
   int32_t kv_blocks = 0;                   // KV cache blocks (engine.resolved_kv_blocks)
   int32_t block_size = kDefaultBlockSize;  // tokens per block (engine.block_size)
-  int32_t tp = 1;                          // GPUs 0..tp-1 (engine.tp)
+  int32_t tp = 1;                          // GPUs device..device+tp-1 (engine.tp)
+  int32_t device = 0;                      // the instance's first GPU (a second instance in one process: its own)
   bool deterministic = true;               // pin the GEMM algorithms: batch/chunk-invariant (engine.deterministic)
   bool cuda_graph = true;                  // replay decode steps from captured graphs (engine.cuda_graph)
   bool mma_attention = false;  // attention on the tensor cores (engine.cuda_attention: mma) or CUDA cores (simt)

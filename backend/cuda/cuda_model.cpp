@@ -383,19 +383,20 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
       double(max_seqs) * (2.0 * m.hidden + 4.0 * m.vocab);
   for (int i = 0; i < tp; ++i) {
     Rank& r = s.ranks[size_t(i)];
-    r.device = i;
+    r.device = opt.first_device + i;
     r.heads = m.heads / tp;
     r.kv_heads = m.kv_heads / tp;
     r.ffn = m.ffn / tp;
-    TANDEM_CUDA_CHECK(cudaSetDevice(i));
+    TANDEM_CUDA_CHECK(cudaSetDevice(r.device));
     size_t free_b = 0, total_b = 0;
     TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     if (kv_bytes + weight_bytes + act_bytes > 0.95 * double(free_b))
-      throw InputError(fmt::format(
-          "model '{}' needs {:.1f} GB of bf16 weights, {:.1f} GB of KV cache and {:.1f} GB of "
-          "activations (engine.max_num_batched_tokens {}) per GPU; GPU {} has {:.1f} GB free "
-          "(set engine.num_kv_blocks or engine.kv_memory_gb, lower the token budget, or raise engine.tp)",
-          m.name, weight_bytes / 1e9, kv_bytes / 1e9, act_bytes / 1e9, opt.max_step_tokens, i, double(free_b) / 1e9));
+      throw InputError(
+          fmt::format("model '{}' needs {:.1f} GB of bf16 weights, {:.1f} GB of KV cache and {:.1f} GB of "
+                      "activations (engine.max_num_batched_tokens {}) per GPU; GPU {} has {:.1f} GB free "
+                      "(set engine.num_kv_blocks or engine.kv_memory_gb, lower the token budget, or raise engine.tp)",
+                      m.name, weight_bytes / 1e9, kv_bytes / 1e9, act_bytes / 1e9, opt.max_step_tokens, r.device,
+                      double(free_b) / 1e9));
     TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
     r.gemm = std::make_unique<Gemm>(opt.deterministic, opt.gemm_pin_tokens, int64_t(tokens), opt.gemm_own_kernel);
     const size_t kv_elems =
@@ -403,10 +404,10 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
     r.k_cache.resize(kv_elems);
     r.v_cache.resize(kv_elems);
   }
-  if (tp > 1 || opt.nccl_at_tp1) s.comm = std::make_unique<NcclCommunicator>(tp);
+  if (tp > 1 || opt.nccl_at_tp1) s.comm = std::make_unique<NcclCommunicator>(tp, opt.first_device);
   s.load_weights(host_weights);
   s.allocate_activations(int64_t(tokens), max_seqs);
-  TANDEM_CUDA_CHECK(cudaSetDevice(0));
+  TANDEM_CUDA_CHECK(cudaSetDevice(opt.first_device));  // TP 1 steps run on the current device
 }
 
 CudaModel::~CudaModel() = default;

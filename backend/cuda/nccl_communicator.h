@@ -14,7 +14,7 @@ namespace tandem::cuda {
 
 class NcclCommunicator final : public communicator_i {
  public:
-  explicit NcclCommunicator(int n_devices);  // devices 0..n-1
+  explicit NcclCommunicator(int n_devices, int first_device = 0);  // devices first..first+n-1
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
