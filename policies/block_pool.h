@@ -72,7 +72,7 @@ class BlockPool {
   // shift (no tombstones, so a long run of evictions never degrades lookups). A slot keeps 32 bits of the hash (its
   // home slot and a quick reject) and the block id; the full hash is compared in hash_. It is a flat array because
   // eviction + publish run once per block in a replay: a node-based map costs an allocation and a cache miss each
-  // (about 5x slower, measured on the Azure replay).
+  // (the measurement: reports/before-stage4/report.md, "Figures moved from code comments").
   struct Slot {
     uint32_t tag = 0;    // BlockHash::lo's low 32 bits
     int32_t block = -1;  // -1: empty

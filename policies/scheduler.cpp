@@ -65,8 +65,7 @@ bool Scheduler::cancel(ReqId id, Time now) {
       // finished: the same status as when the cancel lands during a step (complete_step).
       leave(r, done_generating(r) ? RequestStatus::Finished : RequestStatus::Cancelled, now);
       return true;
-    default:
-      return false;  // not arrived yet (the engine's business) or already gone
+    default: return false;  // not arrived yet (the engine's business) or already gone
   }
 }
 

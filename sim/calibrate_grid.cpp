@@ -133,7 +133,7 @@ OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& L, 
   // and each shape's median drops it. Round 0 warms the shapes' buffers and is not kept.
   // Within a round a shape runs twice and the second run is kept: served traffic repeats a
   // shape step after step (weights and buffers in cache), which the step before, of another
-  // shape, would otherwise have evicted (on the CPU it made decode steps 18% slower).
+  // shape, would otherwise have evicted (a cold step is slower: reports/before-stage4/report.md).
   std::vector<std::vector<double>> times(shapes.size());
   std::vector<double> warm_round(shapes.size());  // round 0's kept (second) runs
   int reps = std::max(1, o.reps);

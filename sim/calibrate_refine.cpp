@@ -11,8 +11,8 @@ namespace tandem {
 std::string refine_profile(OperatorProfile& p, const std::vector<ServedStep>& steps, double loop_gap_s) {
   p.loop_gap_s = loop_gap_s;
   // Totals, not a median of ratios: TTFT and TPOT are means over requests, and on a shared
-  // machine the steps have a heavy tail (a step preempted for a time slice). On this CPU the
-  // median decode step was within 6 % of the grid while the total was 1.4-1.5 times it.
+  // machine the steps have a heavy tail (a step preempted for a time slice): a median stays near
+  // the grid while the total, which the means follow, does not (reports/before-stage4/report.md).
   double meas[3] = {0, 0, 0}, pred[3] = {0, 0, 0}, idle_meas = 0;
   int count[3] = {0, 0, 0}, idle = 0;
   for (const ServedStep& s : steps) {

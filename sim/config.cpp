@@ -32,11 +32,9 @@ namespace {
 // The least value a length distribution can draw (as generate_requests rounds it).
 double dist_min(const DistSpec& d) {
   switch (d.kind) {
-    case DistSpec::Kind::Fixed:
-      return d.value;
+    case DistSpec::Kind::Fixed: return d.value;
     case DistSpec::Kind::Uniform:
-    case DistSpec::Kind::Lognormal:
-      return d.min;
+    case DistSpec::Kind::Lognormal: return d.min;
     case DistSpec::Kind::Mixture: {
       double m = 1e300;
       for (const auto& c : d.components)

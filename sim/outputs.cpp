@@ -39,9 +39,10 @@ using namespace numfmt;
 
 // The writer thread's state for the step rows.
 struct RunOutputs::StepFormatter {
-  // Sized by misses on the Azure conversation hour (806k steps): KV use 3% (1.9k distinct
-  // values), GEMM 2% (7.7k, in runs), overhead and communication constant. The attention
-  // term is new almost every step (a cache of 4,096 misses 67%): formatted each time.
+  // Sized by the miss rates on a long replay (the Azure conversation hour): KV use and the GEMM
+  // term repeat a few thousand distinct values, overhead and communication are constant; the
+  // attention term is new almost every step, so it is formatted each time. The figures:
+  // reports/before-stage4/report.md, "Figures moved from code comments".
   Fixed6Cache<12> kv_util;
   Fixed6Cache<8> gemm;
   Fixed6Cache<4> overhead, comm;

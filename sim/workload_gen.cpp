@@ -20,12 +20,9 @@ Rng stream(uint64_t seed, Stream s) { return Rng(hash_combine(seed, s)); }
 
 double draw(const DistSpec& d, Rng& rng) {
   switch (d.kind) {
-    case DistSpec::Kind::Fixed:
-      return d.value;
-    case DistSpec::Kind::Uniform:
-      return d.min + (d.max - d.min) * rng.uniform();
-    case DistSpec::Kind::Lognormal:
-      return std::clamp(d.median * std::exp(d.sigma * rng.normal()), d.min, d.max);
+    case DistSpec::Kind::Fixed: return d.value;
+    case DistSpec::Kind::Uniform: return d.min + (d.max - d.min) * rng.uniform();
+    case DistSpec::Kind::Lognormal: return std::clamp(d.median * std::exp(d.sigma * rng.normal()), d.min, d.max);
     case DistSpec::Kind::Mixture: {
       double total = 0;
       for (const auto& c : d.components) total += c.weight;
@@ -69,18 +66,10 @@ void synthetic(const Workload& w, RequestSet& set) {
   for (int64_t i = 0; i < rs.count; ++i) {
     Request& r = set.requests[static_cast<size_t>(i)];
     switch (a.kind) {
-      case ArrivalSpec::Kind::Poisson:
-        t += arr.exponential(a.rate);
-        break;
-      case ArrivalSpec::Kind::Gamma:
-        t += arr.gamma(gamma_shape) / (a.rate * gamma_shape);
-        break;
-      case ArrivalSpec::Kind::Constant:
-        t = double(i) / a.rate;
-        break;
-      case ArrivalSpec::Kind::Burst:
-        t = a.burst_size > 0 ? double(i / a.burst_size) * a.interval_s : 0.0;
-        break;
+      case ArrivalSpec::Kind::Poisson: t += arr.exponential(a.rate); break;
+      case ArrivalSpec::Kind::Gamma: t += arr.gamma(gamma_shape) / (a.rate * gamma_shape); break;
+      case ArrivalSpec::Kind::Constant: t = double(i) / a.rate; break;
+      case ArrivalSpec::Kind::Burst: t = a.burst_size > 0 ? double(i / a.burst_size) * a.interval_s : 0.0; break;
     }
     r.arrival = checked_time(t, w, "an arrival (requests.arrival)");
     if (paired) {

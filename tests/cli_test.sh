@@ -348,6 +348,6 @@ expect 0 "prefix bound .*% of the prompt tokens of the [0-9]+ requests the run c
   validate "$src/workloads/stage3_shared_prefix.yaml" --prefix-bound
 
 echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
-sort -rn "$times" | head -10 | cut -c1-160
+sort -rn "$times" | head -${CLI_SLOWEST:-10} | cut -c1-160
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]

@@ -9,6 +9,23 @@
 #include "policies/scheduler.h"
 
 namespace tandem::testing {
+
+// A scheduler configuration for a test, the fields it sets named: SchedulerConfig's defaults,
+// except a max_model_len (1 << 20) that never binds unless max_len() says so.
+struct Cfg {
+  SchedulerConfig c;
+  Cfg(BatchingPolicy policy, int32_t max_num_seqs, int32_t max_num_batched_tokens) {
+    c.policy = policy;
+    c.max_num_seqs = max_num_seqs;
+    c.max_num_batched_tokens = max_num_batched_tokens;
+    c.max_model_len = 1 << 20;
+  }
+  Cfg& max_len(int32_t v) { return c.max_model_len = v, *this; }
+  Cfg& chunked(bool v) { return c.enable_chunked_prefill = v, *this; }
+  Cfg& partials(int32_t v) { return c.max_num_partial_prefills = v, *this; }
+  Cfg& caching(bool v) { return c.enable_prefix_caching = v, *this; }
+  operator SchedulerConfig() const { return c; }
+};
 inline std::vector<Request> make(std::vector<std::pair<int, int>> prompt_output) {
   std::vector<Request> v;
   for (size_t i = 0; i < prompt_output.size(); ++i) {

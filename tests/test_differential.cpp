@@ -5,6 +5,7 @@
 
 #include "core/rng.h"
 #include "policies/scheduler.h"
+#include "tests/policies_helpers.h"
 #include "tests/reference_scheduler.h"
 
 using namespace tandem;
@@ -63,6 +64,16 @@ std::vector<RefSeq> to_ref(const StepPlan& p) {
 }  // namespace
 
 namespace {
+// The scheduler under test configured as the reference.
+SchedulerConfig fast_config(const RefConfig& cfg) {
+  return testing::Cfg(cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous, cfg.max_num_seqs,
+                      cfg.budget)
+      .max_len(cfg.max_model_len)
+      .chunked(cfg.chunked)
+      .partials(cfg.max_partials)
+      .caching(cfg.prefix_caching);
+}
+
 // After every step: each request's status, progress and block table agree with the reference.
 void require_same_requests(const std::vector<Request>& a, const std::vector<Request>& b, const KvCache& kv,
                            const ReferenceScheduler& ref) {
@@ -83,12 +94,7 @@ TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 rand
     Case c = random_case(seed);
     std::vector<Request> a = c.reqs, b = c.reqs;
     KvCache kv(c.cfg.num_blocks, c.cfg.block_size, c.cfg.state_slots, int32_t(a.size()));
-    SchedulerConfig sc{.policy = c.cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous,
-                       .max_num_seqs = c.cfg.max_num_seqs,
-                       .max_num_batched_tokens = c.cfg.budget,
-                       .max_model_len = c.cfg.max_model_len,
-                       .enable_chunked_prefill = c.cfg.chunked,
-                       .max_num_partial_prefills = c.cfg.max_partials};
+    const SchedulerConfig sc = fast_config(c.cfg);
     Scheduler fast(sc, a, kv);
     ReferenceScheduler ref(c.cfg, b);
     Rng rng(seed * 7919);
@@ -255,13 +261,7 @@ TEST_CASE(
     (c.cfg.prefix_caching ? cases_on : cases_off)++;
     std::vector<Request> a = c.reqs, b = c.reqs;
     KvCache kv(c.cfg.num_blocks, c.cfg.block_size, c.cfg.state_slots, int32_t(a.size()));
-    SchedulerConfig sc{.policy = c.cfg.static_batching ? BatchingPolicy::Static : BatchingPolicy::Continuous,
-                       .max_num_seqs = c.cfg.max_num_seqs,
-                       .max_num_batched_tokens = c.cfg.budget,
-                       .max_model_len = c.cfg.max_model_len,
-                       .enable_chunked_prefill = c.cfg.chunked,
-                       .max_num_partial_prefills = c.cfg.max_partials,
-                       .enable_prefix_caching = c.cfg.prefix_caching};
+    const SchedulerConfig sc = fast_config(c.cfg);
     Scheduler fast(sc, a, kv);
     ReferenceScheduler ref(c.cfg, b);
     Rng rng(seed * 7919 + 1);

@@ -15,12 +15,7 @@ using namespace tandem::testing;
 TEST_CASE("continuous: a finished request frees its blocks at once and a waiting one takes its seat") {
   auto reqs = make({{16, 1}, {16, 5}, {16, 2}});
   KvCache kv(3, 16, -1, 3);  // room for one request's lifetime (2 blocks) plus one block
-  Scheduler s({.policy = BatchingPolicy::Continuous,
-               .max_num_seqs = 8,
-               .max_num_batched_tokens = 1000,
-               .max_model_len = 1 << 20,
-               .enable_chunked_prefill = false},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 1000).chunked(false), reqs, kv);
   for (ReqId i = 0; i < 3; ++i) REQUIRE(s.add_request(i, 0));
   const StepPlan& p0 = s.schedule(0);
   REQUIRE(p0.seqs.size() == 1);  // request 0 holds 2 blocks reserved; request 1 needs 2 more: no
@@ -38,12 +33,7 @@ TEST_CASE("continuous: a finished request frees its blocks at once and a waiting
 TEST_CASE("continuous: head-of-line request blocks the queue (no overtaking)") {
   auto reqs = make({{100, 4}, {90, 4}, {5, 4}});
   KvCache kv(1000, 16, -1, 3);
-  Scheduler s({.policy = BatchingPolicy::Continuous,
-               .max_num_seqs = 8,
-               .max_num_batched_tokens = 120,
-               .max_model_len = 1 << 20,
-               .enable_chunked_prefill = false},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 120).chunked(false), reqs, kv);
   for (ReqId i = 0; i < 3; ++i) s.add_request(i, 0);
   const StepPlan& p = s.schedule(0);
   // 100 fits the 120-token budget; 90 does not fit the 20 left, and 5 may not overtake it.
@@ -60,12 +50,7 @@ TEST_CASE("continuous: head-of-line request blocks the queue (no overtaking)") {
 TEST_CASE("static: the batch leaves together and nobody joins while it runs") {
   auto reqs = make({{8, 1}, {8, 3}, {8, 1}});
   KvCache kv(100, 4, -1, 3);
-  Scheduler s({.policy = BatchingPolicy::Static,
-               .max_num_seqs = 2,
-               .max_num_batched_tokens = 1000,
-               .max_model_len = 1 << 20,
-               .enable_chunked_prefill = false},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Static, 2, 1000).chunked(false), reqs, kv);
   for (ReqId i = 0; i < 3; ++i) s.add_request(i, 0);
   REQUIRE(s.schedule(0).seqs.size() == 2);  // batch of max_num_seqs = 2
   CHECK(s.complete_step(1).empty());        // request 0 is done but waits for its batch
@@ -90,12 +75,7 @@ TEST_CASE(
     CAPTURE(during_step);
     auto reqs = make({{8, 1}, {8, 3}});
     KvCache kv(100, 4, -1, 2);
-    Scheduler s({.policy = BatchingPolicy::Static,
-                 .max_num_seqs = 2,
-                 .max_num_batched_tokens = 1000,
-                 .max_model_len = 1 << 20,
-                 .enable_chunked_prefill = false},
-                reqs, kv);
+    Scheduler s(Cfg(BatchingPolicy::Static, 2, 1000).chunked(false), reqs, kv);
     for (ReqId i = 0; i < 2; ++i) s.add_request(i, 0);
     s.schedule(0);
     CHECK(s.complete_step(1).empty());  // request 0 has its one token and waits for its batch
@@ -115,12 +95,7 @@ TEST_CASE(
 TEST_CASE("requests that can never run fail at arrival with a reason") {
   auto reqs = make({{0, 4}, {4, 0}, {100, 30}, {60, 10}, {40, 5}, {10, 10}});
   KvCache kv(4, 16, -1, 6);  // 64 tokens of KV
-  Scheduler s({.policy = BatchingPolicy::Continuous,
-               .max_num_seqs = 8,
-               .max_num_batched_tokens = 30,
-               .max_model_len = 120,
-               .enable_chunked_prefill = false},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 30).max_len(120).chunked(false), reqs, kv);
   CHECK_FALSE(s.add_request(0, 0));
   CHECK(reqs[0].fail_reason == FailReason::EmptyPrompt);
   CHECK_FALSE(s.add_request(1, 0));
@@ -140,12 +115,7 @@ TEST_CASE("requests that can never run fail at arrival with a reason") {
 TEST_CASE("zero state slots: every request fails instead of waiting forever") {
   auto reqs = make({{4, 4}});
   KvCache kv(4, 16, 0, 1);
-  Scheduler s({.policy = BatchingPolicy::Continuous,
-               .max_num_seqs = 8,
-               .max_num_batched_tokens = 50,
-               .max_model_len = 120,
-               .enable_chunked_prefill = false},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 50).max_len(120).chunked(false), reqs, kv);
   CHECK_FALSE(s.add_request(0, 0));
   CHECK(reqs[0].fail_reason == FailReason::NoStateSlots);
 }
@@ -153,12 +123,7 @@ TEST_CASE("zero state slots: every request fails instead of waiting forever") {
 TEST_CASE("cancellation releases the reservation: waiting, running, and in flight") {
   auto reqs = make({{16, 10}, {16, 10}, {16, 10}});
   KvCache kv(6, 16, -1, 3);  // each request reserves 2 blocks
-  Scheduler s({.policy = BatchingPolicy::Continuous,
-               .max_num_seqs = 8,
-               .max_num_batched_tokens = 1000,
-               .max_model_len = 1 << 20,
-               .enable_chunked_prefill = false},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 1000).chunked(false), reqs, kv);
   for (ReqId i = 0; i < 3; ++i) s.add_request(i, 0);
   CHECK(s.cancel(2, 0));  // waiting
   CHECK(reqs[2].status == RequestStatus::Cancelled);
@@ -180,12 +145,7 @@ TEST_CASE("cancellation releases the reservation: waiting, running, and in fligh
 TEST_CASE("decode-only steps: one token per running request, no admission when nobody waits") {
   auto reqs = make({{30, 4}, {20, 4}});
   KvCache kv(100, 16, -1, 2);
-  Scheduler s({.policy = BatchingPolicy::Continuous,
-               .max_num_seqs = 8,
-               .max_num_batched_tokens = 1000,
-               .max_model_len = 1 << 20,
-               .enable_chunked_prefill = false},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 1000).chunked(false), reqs, kv);
   s.add_request(0, 0);
   s.add_request(1, 0);
   s.schedule(0);
@@ -202,13 +162,7 @@ TEST_CASE("decode-only steps: one token per running request, no admission when n
 TEST_CASE("chunked: a long prompt is cut to the budget; decodes interleave; only the last chunk samples") {
   auto reqs = make({{10, 6}, {100, 3}});
   KvCache kv(100, 16, -1, 2);
-  Scheduler s({.policy = BatchingPolicy::Continuous,
-               .max_num_seqs = 8,
-               .max_num_batched_tokens = 40,
-               .max_model_len = 1 << 20,
-               .enable_chunked_prefill = true,
-               .max_num_partial_prefills = 1},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 40).chunked(true).partials(1), reqs, kv);
   REQUIRE(s.add_request(0, 0));
   REQUIRE(s.add_request(1, 0));  // 100 > 40: no failure at arrival with chunking
   const StepPlan& p0 = s.schedule(0);
@@ -256,13 +210,7 @@ TEST_CASE("chunked: max_num_partial_prefills bounds prompts part-way; FCFS holds
   auto reqs = make({{50, 2}, {50, 2}, {5, 2}});
   KvCache kv(100, 16, -1, 3);
   SUBCASE("one at a time") {
-    Scheduler s({.policy = BatchingPolicy::Continuous,
-                 .max_num_seqs = 8,
-                 .max_num_batched_tokens = 30,
-                 .max_model_len = 1 << 20,
-                 .enable_chunked_prefill = true,
-                 .max_num_partial_prefills = 1},
-                reqs, kv);
+    Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 30).chunked(true).partials(1), reqs, kv);
     for (ReqId i = 0; i < 3; ++i) s.add_request(i, 0);
     const StepPlan& p = s.schedule(0);
     REQUIRE(p.seqs.size() == 1);  // 0 takes the whole budget
@@ -276,13 +224,7 @@ TEST_CASE("chunked: max_num_partial_prefills bounds prompts part-way; FCFS holds
     CHECK(s.num_waiting() == 1);
   }
   SUBCASE("two at once: each prompt chunk takes at most half the budget") {
-    Scheduler s({.policy = BatchingPolicy::Continuous,
-                 .max_num_seqs = 8,
-                 .max_num_batched_tokens = 60,
-                 .max_model_len = 1 << 20,
-                 .enable_chunked_prefill = true,
-                 .max_num_partial_prefills = 2},
-                reqs, kv);
+    Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 60).chunked(true).partials(2), reqs, kv);
     for (ReqId i = 0; i < 3; ++i) s.add_request(i, 0);
     const StepPlan& p = s.schedule(0);  // 0: 30 of 50, 1: 30 of 50 (the cap is 60 / 2)
     REQUIRE(p.seqs.size() == 2);        // two prompts part-way is the limit, and 2 may not overtake
@@ -298,13 +240,7 @@ TEST_CASE("chunked: max_num_partial_prefills bounds prompts part-way; FCFS holds
   SUBCASE("two at once: a short prompt starts beside a long one") {
     auto r2 = make({{200, 2}, {10, 2}});
     KvCache kv2(100, 16, -1, 2);
-    Scheduler s({.policy = BatchingPolicy::Continuous,
-                 .max_num_seqs = 8,
-                 .max_num_batched_tokens = 64,
-                 .max_model_len = 1 << 20,
-                 .enable_chunked_prefill = true,
-                 .max_num_partial_prefills = 2},
-                r2, kv2);
+    Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 64).chunked(true).partials(2), r2, kv2);
     s.add_request(0, 0);
     s.add_request(1, 0);
     const StepPlan& p = s.schedule(0);  // long: 32; short: all 10, samples at once
@@ -316,13 +252,7 @@ TEST_CASE("chunked: max_num_partial_prefills bounds prompts part-way; FCFS holds
   SUBCASE("a second part-way prompt is refused at one") {
     auto r2 = make({{50, 2}, {50, 2}});
     KvCache kv2(100, 16, -1, 2);
-    Scheduler s({.policy = BatchingPolicy::Continuous,
-                 .max_num_seqs = 8,
-                 .max_num_batched_tokens = 30,
-                 .max_model_len = 1 << 20,
-                 .enable_chunked_prefill = true,
-                 .max_num_partial_prefills = 1},
-                r2, kv2);
+    Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 30).chunked(true).partials(1), r2, kv2);
     s.add_request(0, 0);
     s.add_request(1, 0);
     REQUIRE(s.schedule(0).seqs.size() == 1);
@@ -338,13 +268,7 @@ TEST_CASE("chunked: max_num_partial_prefills bounds prompts part-way; FCFS holds
 TEST_CASE("chunked: cancelling a prompt mid-chunks releases its blocks and its reservation") {
   auto reqs = make({{100, 10}, {20, 2}});
   KvCache kv(20, 16, -1, 2);
-  Scheduler s({.policy = BatchingPolicy::Continuous,
-               .max_num_seqs = 8,
-               .max_num_batched_tokens = 32,
-               .max_model_len = 1 << 20,
-               .enable_chunked_prefill = true,
-               .max_num_partial_prefills = 1},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 32).chunked(true).partials(1), reqs, kv);
   s.add_request(0, 0);
   s.add_request(1, 0);
   s.schedule(0);
@@ -362,13 +286,7 @@ TEST_CASE("chunked: cancelling a prompt mid-chunks releases its blocks and its r
   // Between steps.
   auto r2 = make({{100, 10}});
   KvCache kv2(20, 16, -1, 1);
-  Scheduler s2({.policy = BatchingPolicy::Continuous,
-                .max_num_seqs = 8,
-                .max_num_batched_tokens = 32,
-                .max_model_len = 1 << 20,
-                .enable_chunked_prefill = true,
-                .max_num_partial_prefills = 1},
-               r2, kv2);
+  Scheduler s2(Cfg(BatchingPolicy::Continuous, 8, 32).chunked(true).partials(1), r2, kv2);
   s2.add_request(0, 0);
   s2.schedule(0);
   s2.complete_step(1);
@@ -384,20 +302,8 @@ TEST_CASE("chunked: a prompt over the budget fails at arrival only with chunking
   auto on = make({{100, 2}});
   auto off = on;
   KvCache kv_on(100, 16, -1, 1), kv_off(100, 16, -1, 1);
-  Scheduler s_on({.policy = BatchingPolicy::Continuous,
-                  .max_num_seqs = 8,
-                  .max_num_batched_tokens = 16,
-                  .max_model_len = 1 << 20,
-                  .enable_chunked_prefill = true,
-                  .max_num_partial_prefills = 1},
-                 on, kv_on);
-  Scheduler s_off({.policy = BatchingPolicy::Continuous,
-                   .max_num_seqs = 8,
-                   .max_num_batched_tokens = 16,
-                   .max_model_len = 1 << 20,
-                   .enable_chunked_prefill = false,
-                   .max_num_partial_prefills = 1},
-                  off, kv_off);
+  Scheduler s_on(Cfg(BatchingPolicy::Continuous, 8, 16).chunked(true).partials(1), on, kv_on);
+  Scheduler s_off(Cfg(BatchingPolicy::Continuous, 8, 16).chunked(false).partials(1), off, kv_off);
   CHECK(s_on.add_request(0, 0));
   CHECK_FALSE(s_off.add_request(0, 0));
   CHECK(off[0].fail_reason == FailReason::PromptOverBudget);
@@ -408,13 +314,7 @@ TEST_CASE("chunked: a prompt over the budget fails at arrival only with chunking
 TEST_CASE("chunked static: the batch still admits only into an empty engine") {
   auto reqs = make({{40, 2}, {40, 2}, {8, 1}});
   KvCache kv(100, 16, -1, 3);
-  Scheduler s({.policy = BatchingPolicy::Static,
-               .max_num_seqs = 8,
-               .max_num_batched_tokens = 50,
-               .max_model_len = 1 << 20,
-               .enable_chunked_prefill = true,
-               .max_num_partial_prefills = 1},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Static, 8, 50).chunked(true).partials(1), reqs, kv);
   for (ReqId i = 0; i < 3; ++i) s.add_request(i, 0);
   const StepPlan& p = s.schedule(0);  // 40 + first 10 of the second; the third waits for the next batch
   REQUIRE(p.seqs.size() == 2);
@@ -431,14 +331,7 @@ TEST_CASE("prefix caching: a later request takes the computed prefix; the last p
   const std::vector<std::vector<BlockHash>> h = {hashes({1, 2, 3}), hashes({1, 2, 3}), hashes({1, 2, 3}),
                                                  hashes({1, 2, 9})};
   KvCache kv(40, 4, -1, 4);
-  Scheduler s({.policy = BatchingPolicy::Continuous,
-               .max_num_seqs = 8,
-               .max_num_batched_tokens = 100,
-               .max_model_len = 1 << 20,
-               .enable_chunked_prefill = true,
-               .max_num_partial_prefills = 1,
-               .enable_prefix_caching = true},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 100).chunked(true).partials(1).caching(true), reqs, kv);
   REQUIRE(s.add_request(0, 0, h[0]));
   const StepPlan& p0 = s.schedule(0);
   REQUIRE(p0.seqs.size() == 1);
@@ -482,14 +375,7 @@ TEST_CASE("prefix caching: a chunked prompt shares its finished blocks at once; 
   auto reqs = make({{40, 4}, {40, 4}, {40, 4}});
   const auto h = hashes({1, 2, 3, 4, 5});  // block size 8
   KvCache kv(40, 8, -1, 3);
-  Scheduler s({.policy = BatchingPolicy::Continuous,
-               .max_num_seqs = 8,
-               .max_num_batched_tokens = 20,
-               .max_model_len = 1 << 20,
-               .enable_chunked_prefill = true,
-               .max_num_partial_prefills = 2,
-               .enable_prefix_caching = true},
-              reqs, kv);
+  Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 20).chunked(true).partials(2).caching(true), reqs, kv);
   REQUIRE(s.add_request(0, 0, h));
   s.schedule(0);  // 10 of 40 (the cap is 20 / 2)
   s.complete_step(1);
@@ -522,30 +408,9 @@ TEST_CASE("prefix caching off, or no hashes: stage 2 exactly") {
   auto off = on, none = on;
   const auto h = hashes({1, 2, 3});
   KvCache k_on(40, 4, -1, 2), k_off(40, 4, -1, 2), k_none(40, 4, -1, 2);
-  Scheduler s_on({.policy = BatchingPolicy::Continuous,
-                  .max_num_seqs = 8,
-                  .max_num_batched_tokens = 100,
-                  .max_model_len = 1 << 20,
-                  .enable_chunked_prefill = true,
-                  .max_num_partial_prefills = 1,
-                  .enable_prefix_caching = true},
-                 on, k_on);
-  Scheduler s_off({.policy = BatchingPolicy::Continuous,
-                   .max_num_seqs = 8,
-                   .max_num_batched_tokens = 100,
-                   .max_model_len = 1 << 20,
-                   .enable_chunked_prefill = true,
-                   .max_num_partial_prefills = 1,
-                   .enable_prefix_caching = false},
-                  off, k_off);
-  Scheduler s_none({.policy = BatchingPolicy::Continuous,
-                    .max_num_seqs = 8,
-                    .max_num_batched_tokens = 100,
-                    .max_model_len = 1 << 20,
-                    .enable_chunked_prefill = true,
-                    .max_num_partial_prefills = 1,
-                    .enable_prefix_caching = true},
-                   none, k_none);
+  Scheduler s_on(Cfg(BatchingPolicy::Continuous, 8, 100).chunked(true).partials(1).caching(true), on, k_on);
+  Scheduler s_off(Cfg(BatchingPolicy::Continuous, 8, 100).chunked(true).partials(1).caching(false), off, k_off);
+  Scheduler s_none(Cfg(BatchingPolicy::Continuous, 8, 100).chunked(true).partials(1).caching(true), none, k_none);
   for (Scheduler* s : {&s_on, &s_off, &s_none}) {
     const bool hashed = s != &s_none;
     s->add_request(0, 0, hashed ? h : std::vector<BlockHash>{});
@@ -601,13 +466,7 @@ TEST_CASE("private blocks: cached and evicted exactly like unique hashes, never 
     std::vector<Request> ra = reqs, rb = reqs;
     const int32_t blocks = int32_t(rng.uniform_int(20, 60));
     KvCache ka(blocks, bs, -1, n), kb(blocks, bs, -1, n);
-    const SchedulerConfig cfg{.policy = BatchingPolicy::Continuous,
-                              .max_num_seqs = 6,
-                              .max_num_batched_tokens = 48,
-                              .max_model_len = 1 << 20,
-                              .enable_chunked_prefill = true,
-                              .max_num_partial_prefills = 1,
-                              .enable_prefix_caching = true};
+    const SchedulerConfig cfg = Cfg(BatchingPolicy::Continuous, 6, 48).chunked(true).partials(1).caching(true);
     Scheduler sa(cfg, ra, ka), sb(cfg, rb, kb);
     for (int i = 0; i < n; ++i) {
       REQUIRE(sa.add_request(i, 0, priv[size_t(i)]) == sb.add_request(i, 0, uniq[size_t(i)]));

@@ -30,17 +30,10 @@ inline AttentionLaunch attention_launch(const AttentionArgs& a, int32_t max_grou
 template <class F>
 void with_head_dim(int32_t head_dim, const char* kernel, F&& f) {
   switch (head_dim) {
-    case 32:
-      f(std::integral_constant<int, 32>{});
-      break;
-    case 64:
-      f(std::integral_constant<int, 64>{});
-      break;
-    case 128:
-      f(std::integral_constant<int, 128>{});
-      break;
-    default:
-      fail(kernel, "head_dim must be 32, 64 or 128", __FILE__, __LINE__);
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    case 64: f(std::integral_constant<int, 64>{}); break;
+    case 128: f(std::integral_constant<int, 128>{}); break;
+    default: fail(kernel, "head_dim must be 32, 64 or 128", __FILE__, __LINE__);
   }
 }
 

@@ -29,14 +29,13 @@ class CudaExecutor final : public executor_i {
 }  // namespace
 
 std::unique_ptr<executor_i> make_cuda_executor(ModelSpec& m, uint64_t seed, const CudaExecutorOptions& e) {
-  CudaModelOptions opt;
-  opt.attention = e.mma_attention ? AttentionKernel::Mma : AttentionKernel::Simt;
-  opt.deterministic = e.deterministic;
-  opt.cuda_graph = e.cuda_graph;
-  opt.tp = e.tp;
-  opt.first_device = e.device;
-  opt.max_step_tokens = e.max_step_tokens;
-  opt.max_step_seqs = e.max_step_seqs;
+  const CudaModelOptions opt{.attention = e.mma_attention ? AttentionKernel::Mma : AttentionKernel::Simt,
+                             .deterministic = e.deterministic,
+                             .cuda_graph = e.cuda_graph,
+                             .tp = e.tp,
+                             .first_device = e.device,
+                             .max_step_tokens = e.max_step_tokens,
+                             .max_step_seqs = e.max_step_seqs};
   if (m.checkpoint.empty()) return std::make_unique<CudaExecutor>(m, nullptr, seed, e.kv_blocks, e.block_size, opt);
   const cpu::LlamaWeights w = cpu::load_checkpoint(m.checkpoint, m);  // fp32 on the host, bf16 on the device
   return std::make_unique<CudaExecutor>(m, &w, seed, e.kv_blocks, e.block_size, opt);
