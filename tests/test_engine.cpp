@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "backend/cost_model.h"
@@ -266,6 +267,65 @@ TEST_CASE(
   CHECK(finished > 0);
   CHECK(prepend_runs > 60);
   CHECK(prepend_runs < 240);
+}
+
+// Extreme knobs (issue "Hardening after stage 3"): block size 1 and 2, caches that hold one
+// request or less, budgets below a block (chunking off), lengths up to 2^31 - 1, thousands of
+// requests on a few blocks, shared prefixes and cancellations. Every run ends with every
+// request finished, failed with a reason or cancelled, invariants held at every step.
+TEST_CASE("property: 200 workloads with extreme knobs end cleanly, every request accounted for") {
+  int64_t runs = 0, steps = 0, finished = 0, failed = 0, cancelled = 0, evictions = 0;
+  std::map<std::string, int64_t> reasons;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    Rng rng(seed * 104729);
+    const int64_t block = rng.uniform() < 0.5 ? 1 : 2;
+    const bool chunked = rng.uniform() < 0.5;
+    const int64_t budget = chunked ? rng.uniform_int(block, 8) : rng.uniform_int(1, 3);  // below a block of 4+ when off
+    const int64_t blocks = rng.uniform_int(2, 40);  // 2 tokens (the least lifetime) fit: else refused at parse
+    const int64_t count = rng.uniform() < 0.2 ? 3000 : rng.uniform_int(1, 80);
+    const std::string y = fmt::format(R"(seed: {}
+model: {{preset: tiny, max_model_len: 2147483647}}
+hardware: h200
+engine: {{block_size: {}, num_kv_blocks: {}, max_num_batched_tokens: {}, enable_chunked_prefill: {}, max_num_seqs: {}}}
+requests:
+  count: {}
+  arrival: {{process: poisson, rate: {}}}
+  prompt_len: {{dist: mixture, components: [{{weight: 8, dist: uniform, min: 1, max: 24}}, {{weight: 1, dist: fixed, value: 2147483647}}]}}
+  output_len: {{dist: mixture, components: [{{weight: 8, dist: uniform, min: 1, max: 12}}, {{weight: 1, dist: fixed, value: 2000000000}}]}}
+  shared_prefix: {{groups: 2, prefix_len: {{dist: uniform, min: 1, max: 16}}, fraction: 0.5}}
+  cancel: {{fraction: 0.2, after_s: {{dist: uniform, min: 0, max: 0.01}}}}
+)",
+                                      seed, block, blocks, budget, chunked ? "true" : "false", rng.uniform_int(1, 8),
+                                      count, rng.uniform() < 0.5 ? 10000 : 100);
+    INFO(y);
+    Run run(y);
+    InvariantChecker chk;
+    run.engine->add_observer(&chk);
+    Summary s;
+    REQUIRE_NOTHROW(s = run.engine->run());
+    CHECK(s.finished + s.failed + s.cancelled == s.total);
+    CHECK(chk.done == s.total);
+    for (const Request& r : run.engine->requests())
+      if (r.status == RequestStatus::Failed) ++reasons[std::string(to_string(r.fail_reason))];
+    ++runs;
+    steps += chk.steps;
+    finished += s.finished;
+    failed += s.failed;
+    cancelled += s.cancelled;
+    evictions += s.prefix_evictions;
+  }
+  std::string by_reason;
+  for (const auto& [why, n] : reasons) by_reason += fmt::format(" {} {}", why, n);
+  MESSAGE(runs, " runs, ", steps, " steps; finished ", finished, ", cancelled ", cancelled, ", failed ", failed, ":",
+          by_reason, "; ", evictions, " evictions");
+  // The extremes were reached: huge lengths and caches too small failed at arrival, tiny
+  // budgets failed prompts with chunking off, and small caches evicted.
+  CHECK(reasons["exceeds_max_model_len"] + reasons["exceeds_kv_capacity"] > 0);
+  CHECK(reasons["exceeds_kv_capacity"] > 0);
+  CHECK(reasons["prompt_over_token_budget"] > 0);
+  CHECK(finished > 0);
+  CHECK(cancelled > 0);
+  CHECK(evictions > 0);
 }
 
 TEST_CASE("the same seed gives byte-identical outputs") {
