@@ -45,17 +45,17 @@ $(SAN_BUILD)/build.ninja:
 	  -Dcpp_args='-fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS' -Dcuda=disabled
 
 test-sanitize: $(SAN_BUILD)/build.ninja
-	ninja -C $(SAN_BUILD) tandem tests/unit_tests tests/policies_tests
+	ninja -C $(SAN_BUILD) tandem tests/unit_tests tests/policies_tests tests/transfer_tests
 	ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  meson test -C $(SAN_BUILD) --suite unit --no-rebuild --print-errorlogs --timeout-multiplier 5
 
 # Fuzzing (tests/fuzz, libFuzzer + ASan + UBSan; clang 19 from `tools/setup --fuzz`): each
 # target for FUZZ_SECONDS; FUZZ_TARGETS picks some (workload azure vidur mooncake safetensors
-# hf_config profile compare run). A new finding fails with its reproducer printed.
+# hf_config profile compare run frame). A new finding fails with its reproducer printed.
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
-FUZZ_ALL := workload azure vidur mooncake safetensors hf_config profile compare run
+FUZZ_ALL := workload azure vidur mooncake safetensors hf_config profile compare run frame
 $(FUZZ_BUILD)/build.ninja:
 	meson setup $(FUZZ_BUILD) --native-file tests/fuzz/clang.ini -Dfuzz=true -Dcuda=disabled
 

@@ -26,7 +26,7 @@ while getopts "b:t:" o; do
   esac
 done
 shift $((OPTIND - 1))
-all_targets=(workload azure vidur mooncake safetensors hf_config profile compare run)
+all_targets=(workload azure vidur mooncake safetensors hf_config profile compare run frame)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 
