@@ -1,5 +1,9 @@
 // The swappable part that runs a step: a cost model (simulated time) or a real backend.
 #pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
 #include <string>
 
 #include "policies/plan.h"
@@ -14,6 +18,21 @@ class cost_model_i {
   virtual std::string inputs() const { return {}; }
 };
 
+// A real backend's KV cache as whole blocks, for the channels of prefill/decode separation: they
+// read and write block contents here, never through the scheduler. The layout is the backend's
+// own, the same on both instances of one backend and tensor-parallel degree; the channel moves
+// it as bytes and checks only the size.
+class kv_store_i {
+ public:
+  virtual ~kv_store_i() = default;
+  // Bytes of one block: every layer's K and V for block_size positions, over all ranks.
+  virtual int64_t block_bytes() const = 0;
+  virtual int32_t num_blocks() const = 0;
+  // out.size() == blocks.size() * block_bytes(); blocks in order.
+  virtual void read_blocks(std::span<const int32_t> blocks, std::span<std::byte> out) = 0;
+  virtual void write_blocks(std::span<const int32_t> blocks, std::span<const std::byte> in) = 0;
+};
+
 class executor_i {
  public:
   virtual ~executor_i() = default;
@@ -23,6 +42,16 @@ class executor_i {
   virtual bool simulated() const = 0;
   // True if the plan must carry input token ids (StepPlan::tokens).
   virtual bool needs_tokens() const { return !simulated(); }
+  // Its KV cache's blocks (real backends); null in simulated time, where no KV exists.
+  virtual kv_store_i* kv_store() { return nullptr; }
+  // Asynchronous executors (a decode instance in another process) take a step with submit()
+  // and hand its result back later, through the engine's inbox; execute() is not called.
+  virtual bool asynchronous() const { return false; }
+  virtual void submit(const StepPlan& plan, int64_t step_index) {
+    (void)plan;
+    (void)step_index;
+    throw std::logic_error("executor: submit() on a synchronous executor");
+  }
 };
 
 }  // namespace tandem

@@ -8,7 +8,8 @@
 namespace tandem {
 
 int warm_up(executor_i& exec, const WarmUpShape& s) {
-  if (exec.simulated() || s.num_blocks <= 0) return 0;
+  // An asynchronous executor (a decode worker) warms up in its own process.
+  if (exec.simulated() || exec.asynchronous() || s.num_blocks <= 0) return 0;
   const int32_t bs = s.block_size;
   std::vector<std::vector<int32_t>> tables;
   StepPlan plan;

@@ -24,6 +24,9 @@ enum class FailReason : uint8_t {
   PromptOverBudget,    // prompt > max_num_batched_tokens and prompts are not chunked
   NoStateSlots,        // hybrid model with zero state slots
   BackendError,        // the executor failed a step this request was in
+  ExceedsDecodeKvCapacity,  // 1P1D: its whole-life reservation is larger than the decode instance's cache
+  TransferFailed,           // 1P1D: the KV channel failed or timed out moving its prompt's KV
+  PeerLost,                 // 1P1D over tcp: the decode worker went away while the request was alive
 };
 
 inline std::string_view to_string(RequestStatus s) {
@@ -48,6 +51,9 @@ inline std::string_view to_string(FailReason r) {
     case FailReason::PromptOverBudget: return "prompt_over_token_budget";
     case FailReason::NoStateSlots: return "no_state_slots";
     case FailReason::BackendError: return "backend_error";
+    case FailReason::ExceedsDecodeKvCapacity: return "exceeds_decode_kv_capacity";
+    case FailReason::TransferFailed: return "kv_transfer_failed";
+    case FailReason::PeerLost: return "decode_worker_lost";
   }
   return "?";
 }

@@ -6,6 +6,9 @@
 namespace tandem {
 
 std::string_view to_string(BatchingPolicy p) { return p == BatchingPolicy::Static ? "static" : "continuous"; }
+std::string_view to_string(InstanceRole r) {
+  return r == InstanceRole::Prefill ? "prefill" : r == InstanceRole::Decode ? "decode" : "colocated";
+}
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, KvCache& kv)
     : cfg_(cfg), reqs_(requests), kv_(kv), cancel_pending_(requests.size(), 0) {
@@ -22,12 +25,14 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, Kv
 }
 
 FailReason Scheduler::arrival_failure(const Request& r) const {
-  const int64_t lifetime = reservation_tokens(r);
   if (r.prompt_len < 1) return FailReason::EmptyPrompt;
   if (r.max_output < 1) return FailReason::EmptyOutput;
-  if (lifetime > cfg_.max_model_len) return FailReason::ExceedsMaxModelLen;
-  if (!kv_.fits_at_all(lifetime)) return FailReason::ExceedsKvCapacity;
-  if (!cfg_.enable_chunked_prefill && r.prompt_len > cfg_.max_num_batched_tokens) return FailReason::PromptOverBudget;
+  if (int64_t{r.prompt_len} + r.max_output > cfg_.max_model_len) return FailReason::ExceedsMaxModelLen;
+  if (!kv_.fits_at_all(reservation_tokens(r)))
+    return cfg_.role == InstanceRole::Decode ? FailReason::ExceedsDecodeKvCapacity : FailReason::ExceedsKvCapacity;
+  // The decode instance never computes a prompt: its budget does not bound one.
+  if (cfg_.role != InstanceRole::Decode && !cfg_.enable_chunked_prefill && r.prompt_len > cfg_.max_num_batched_tokens)
+    return FailReason::PromptOverBudget;
   if (!kv_.has_state_slots()) return FailReason::NoStateSlots;
   return FailReason::None;
 }
@@ -58,8 +63,13 @@ bool Scheduler::cancel(ReqId id, Time now) {
         cancel_pending_[static_cast<size_t>(id)] = 1;
         return false;
       }
+    {
+      const auto it = std::find(running_.begin(), running_.end(), id);
+      // A request handed off or still receiving is the handoff's to cancel, not the scheduler's.
+      if (it == running_.end()) throw std::logic_error("Scheduler::cancel: request is not in this instance's running set");
       kv_.release(id);
-      running_.erase(std::find(running_.begin(), running_.end(), id));
+      running_.erase(it);
+    }
       if (auto it = std::find(partial_.begin(), partial_.end(), id); it != partial_.end()) partial_.erase(it);
       // A static batch's member that has generated all it may, waiting for its batch, has
       // finished: the same status as when the cancel lands during a step (complete_step).
@@ -175,6 +185,7 @@ std::span<const ReqId> Scheduler::complete_step(Time now) {
   if (!in_flight_) throw std::logic_error("Scheduler::complete_step: no step in flight");
   in_flight_ = false;
   left_this_step_.clear();
+  prefilled_.clear();
   for (const ScheduledSeq& s : plan_.seqs) {
     Request& r = reqs_[static_cast<size_t>(s.id)];
     const bool was_prefilling = r.prefilling();
@@ -205,6 +216,8 @@ std::span<const ReqId> Scheduler::complete_step(Time now) {
       kv_.release(id);
       leave(r, cancelled && !done_generating(r) ? RequestStatus::Cancelled : RequestStatus::Finished, now);
       left_this_step_.push_back(id);
+    } else if (cfg_.role == InstanceRole::Prefill && !r.prefilling()) {
+      prefilled_.push_back(id);  // its first token is out: handed off, blocks held (see prefilled())
     } else {
       running_[keep++] = id;
     }
@@ -217,6 +230,23 @@ std::span<const ReqId> Scheduler::complete_step(Time now) {
       return r.status != RequestStatus::Running || !r.prefilling();
     });
   return left_this_step_;
+}
+
+void Scheduler::accept(ReqId id) {
+  const Request& r = reqs_[static_cast<size_t>(id)];
+  kv_.admit(id, reservation_tokens(r));
+  kv_.ensure_capacity(id, r.prompt_len);
+  ++num_receiving_;
+}
+
+void Scheduler::received(ReqId id) {
+  --num_receiving_;
+  running_.push_back(id);
+}
+
+void Scheduler::drop_receiving(ReqId id) {
+  --num_receiving_;
+  kv_.release(id);
 }
 
 }  // namespace tandem

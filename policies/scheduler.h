@@ -38,6 +38,12 @@ namespace tandem {
 enum class BatchingPolicy : uint8_t { Static, Continuous };
 std::string_view to_string(BatchingPolicy p);
 
+// What an instance serves (stage 4). Colocated: prompt and decode. Prefill: the prompt and the
+// first token; then the request is handed off with its blocks held (prefilled()). Decode: takes
+// requests handed over with their KV (accept/received) and decodes them; nothing arrives here.
+enum class InstanceRole : uint8_t { Colocated, Prefill, Decode };
+std::string_view to_string(InstanceRole r);
+
 struct SchedulerConfig {
   BatchingPolicy policy = BatchingPolicy::Continuous;
   int32_t max_num_seqs = 256;
@@ -50,6 +56,7 @@ struct SchedulerConfig {
   // Stage 3: admission takes a prompt's cached leading blocks. Needs the prompt's block hashes
   // (add_request); false, or no hashes, is stage 2 exactly.
   bool enable_prefix_caching = true;
+  InstanceRole role = InstanceRole::Colocated;
 };
 
 class Scheduler {
@@ -81,9 +88,34 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   // Running requests whose prompt is part-way computed (chunked prefill), admission order.
   std::span<const ReqId> partial_prefills() const { return partial_; }
-  // KV tokens a request reserves at admission, for its whole life (no preemption): the prompt
-  // and every token it may generate. One function, so that a role (PD) can change the horizon.
-  static int64_t reservation_tokens(const Request& r) { return int64_t{r.prompt_len} + r.max_output; }
+  // KV tokens a request reserves at admission, for its whole life here (no preemption): the
+  // prompt and every token it may generate; on a prefill instance the prompt alone (the first
+  // token's KV is computed on the decode instance).
+  int64_t reservation_tokens(const Request& r) const {
+    return cfg_.role == InstanceRole::Prefill ? int64_t{r.prompt_len} : int64_t{r.prompt_len} + r.max_output;
+  }
+
+  // ---- prefill/decode separation (stage 4) ----
+  // Prefill role: the requests whose prompt the last step finished and that still have tokens
+  // to generate. They left the running set (their seat is free) but keep their blocks until
+  // release_handed_off(): the channel reads them. Valid until the next complete_step().
+  std::span<const ReqId> prefilled() const { return prefilled_; }
+  // Prefill role: a handed-off request's transfer ended (done or aborted): its blocks go.
+  void release_handed_off(ReqId id) { kv_.release(id); }
+  // Decode role: could a request handed over now get a seat and its whole-life reservation?
+  // A pure query (look before you commit).
+  bool can_accept(const Request& r) const {
+    return num_running() + num_receiving_ < cfg_.max_num_seqs && kv_.can_admit(reservation_tokens(r));
+  }
+  // Decode role: reserve the whole life and take the prompt's blocks, which the channel will
+  // write (block_table(id)). The request holds a seat while it receives.
+  void accept(ReqId id);
+  // Decode role: the prompt's KV has arrived; the request decodes from the next step.
+  void received(ReqId id);
+  // Decode role: the transfer into id's blocks ended without delivering (cancelled, failed):
+  // the blocks and the reservation go. Only once the channel can no longer write into them.
+  void drop_receiving(ReqId id);
+  int32_t num_receiving() const { return num_receiving_; }
   const KvCache& kv() const { return kv_; }
   const SchedulerConfig& config() const { return cfg_; }
 
@@ -116,6 +148,8 @@ class Scheduler {
   int32_t budget_left_ = 0;
   bool in_flight_ = false;
   std::vector<ReqId> left_this_step_;  // complete_step's answer
+  std::vector<ReqId> prefilled_;       // prefill role: handed off by the last step
+  int32_t num_receiving_ = 0;          // decode role: accepted, KV still on its way
 };
 
 }  // namespace tandem

@@ -81,6 +81,42 @@ SchedulerConfig scheduler_config(const Workload& w) {
           .enable_prefix_caching = w.engine.enable_prefix_caching};
 }
 
+std::vector<InstanceSpec> instance_specs(const Workload& w) {
+  std::vector<InstanceSpec> out;
+  const auto with = [&](const InstanceOverrides& o) {
+    EngineSpec e = w.engine;
+    if (o.max_num_seqs) e.max_num_seqs = *o.max_num_seqs;
+    if (o.max_num_batched_tokens) e.max_num_batched_tokens = *o.max_num_batched_tokens;
+    if (o.max_num_partial_prefills) e.max_num_partial_prefills = *o.max_num_partial_prefills;
+    if (o.tp) e.tp = *o.tp;
+    if (o.device) e.device = *o.device;
+    if (o.num_kv_blocks) e.resolved_kv_blocks = *o.num_kv_blocks;
+    return e;
+  };
+  const auto add = [&](InstanceRole role, const EngineSpec& e) {
+    Workload one = w;
+    one.engine = e;
+    SchedulerConfig c = scheduler_config(one);
+    c.role = role;
+    // The decode instance computes no prompt: nothing to hash, nothing to hit.
+    if (role == InstanceRole::Decode) c.enable_prefix_caching = false;
+    out.push_back({int32_t(out.size()), role, e, c});
+  };
+  if (w.disaggregation.enabled) {
+    add(InstanceRole::Prefill, with(w.disaggregation.prefill));
+    add(InstanceRole::Decode, with(w.disaggregation.decode));
+  } else {
+    for (int32_t i = 0; i < w.engine.data_parallel; ++i) add(InstanceRole::Colocated, w.engine);
+  }
+  return out;
+}
+
+Workload instance_workload(const Workload& w, const InstanceSpec& in) {
+  Workload one = w;
+  one.engine = in.engine;
+  return one;
+}
+
 namespace {
 
 // Apply `--set a.b.c=value`: the value is parsed as YAML, so numbers, strings and
@@ -181,7 +217,7 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
   int64_t text_bytes = int64_t(text.size()) + 16;
   for (const auto& o : overrides) text_bytes += int64_t(o.key.size() + o.value.size()) + 16;
   top.refuse_tags(2 * text_bytes);
-  top.expect_map({"name", "seed", "model", "hardware", "engine", "requests", "slo"});
+  top.expect_map({"name", "seed", "model", "hardware", "engine", "requests", "slo", "disaggregation"});
   Workload w;
   w.path = path;
   w.name = top.get_string("name", std::filesystem::path(path).stem().string());
@@ -216,6 +252,9 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
   }
 
   w.engine.resolved_kv_blocks = resolve_kv_blocks(w, top["engine"]);
+  w.disaggregation = parse_disaggregation(top["disaggregation"], w.engine, w.model);
+  if (w.disaggregation.enabled && w.engine.data_parallel != 1)
+    top["engine"]["data_parallel"].fail("data_parallel replicas and disaggregation (1 prefill + 1 decode) are exclusive");
   refuse_lengths_that_never_fit(w, top["requests"]);
   return w;
 }
@@ -267,6 +306,7 @@ std::string to_yaml(const Workload& w) {
     if (w.slo.ttft_ms > 0) n["slo"]["ttft_ms"] = yaml_number(w.slo.ttft_ms);
     if (w.slo.tpot_ms > 0) n["slo"]["tpot_ms"] = yaml_number(w.slo.tpot_ms);
   }
+  if (w.disaggregation.enabled) n["disaggregation"] = disaggregation_yaml(w.disaggregation);
   YAML::Emitter out;
   out << n;
   // Derived values as comments, so the output stays a valid workload (paths are resolved).

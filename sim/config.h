@@ -97,7 +97,29 @@ struct EngineSpec {
   int32_t tp = 1;                         // tensor parallelism: ranks the model is split over
   bool cuda_graph = true;                 // CUDA backend: decode steps replay captured graphs
   std::string cuda_attention = "simt";    // CUDA backend: attention on CUDA cores (simt) or tensor cores (mma)
+  int32_t data_parallel = 1;              // colocated instances, arrivals split round-robin (each its own cache)
+  int32_t device = 0;                     // CUDA: the instance's first GPU (set per instance by disaggregation)
   int32_t resolved_kv_blocks = 0;         // what the run uses (set by resolve)
+};
+
+// Stage 4: one prefill and one decode instance, the KV moved between them by a channel.
+struct InstanceOverrides {  // per instance, over the engine section (unset: the engine's value)
+  std::optional<int32_t> max_num_seqs, max_num_batched_tokens, max_num_partial_prefills, tp, device;
+  std::optional<int32_t> num_kv_blocks;
+};
+struct ChannelSpec {
+  std::string kind = "copy";    // sim (modelled only), copy (one process), tcp (two processes), nccl (two GPUs)
+  double bandwidth_gbs = 25;    // GB/s: how the simulated backend prices a transfer (any kind)
+  double latency_us = 20;       // per transfer
+  bool layerwise = false;       // sim pricing: layers leave as the last prefill step computes them
+  double timeout_ms = 30000;    // a transfer or a worker reply that takes longer fails the request
+  std::string peer;             // tcp: HOST:PORT of a `tandem worker` already listening; empty: start one
+  std::string secret_file;      // tcp: shared secret both sides prove (required off loopback)
+};
+struct DisaggregationSpec {
+  bool enabled = false;  // false: stage 3 exactly (one colocated instance)
+  InstanceOverrides prefill, decode;
+  ChannelSpec channel;
 };
 
 struct SloSpec {
@@ -115,6 +137,7 @@ struct Workload {
   EngineSpec engine;
   RequestsSpec requests;
   SloSpec slo;
+  DisaggregationSpec disaggregation;
 };
 
 struct Override {
@@ -130,5 +153,19 @@ Workload parse_workload(const std::string& yaml_text, const std::string& path,
 std::string to_yaml(const Workload& w);
 // The scheduler's knobs of a workload (the engine section and the model's max_model_len).
 SchedulerConfig scheduler_config(const Workload& w);
+
+// The serving instances of a run: one colocated (stage 1-3), engine.data_parallel colocated
+// replicas, or a prefill and a decode instance (disaggregation.enabled), each with its engine
+// section (the workload's, with the instance's overrides) and its scheduler's knobs.
+struct InstanceSpec {
+  int32_t id = 0;
+  InstanceRole role = InstanceRole::Colocated;
+  EngineSpec engine;
+  SchedulerConfig scheduler;
+};
+std::vector<InstanceSpec> instance_specs(const Workload& w);
+// The workload one instance runs: the same, with that instance's engine section. What builds an
+// executor (sim/executors.h) takes a Workload; this gives it the instance's.
+Workload instance_workload(const Workload& w, const InstanceSpec& in);
 
 }  // namespace tandem

@@ -14,7 +14,8 @@ EngineSpec parse_engine(const Field& f) {
   if (!f.present()) return e;
   f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
                 "max_num_partial_prefills", "enable_prefix_caching", "block_size", "num_kv_blocks", "kv_memory_gb",
-                "gpu_memory_utilization", "state_slots", "deterministic", "tp", "cuda_graph", "cuda_attention"});
+                "gpu_memory_utilization", "state_slots", "deterministic", "tp", "cuda_graph", "cuda_attention",
+                "data_parallel"});
   const std::string pol = f.get_string("policy", "continuous");
   if (pol == "continuous")
     e.policy = BatchingPolicy::Continuous;
@@ -55,6 +56,7 @@ EngineSpec parse_engine(const Field& f) {
   if (e.cuda_attention != "simt" && e.cuda_attention != "mma")
     f["cuda_attention"].fail(fmt::format("unknown attention kernel '{}' (known: simt, mma)", e.cuda_attention));
   e.tp = int32_t(f.get_int("tp", 1, 1, 1024));
+  e.data_parallel = int32_t(f.get_int("data_parallel", 1, 1, 64));
   if (f.has("num_kv_blocks") && f.has("kv_memory_gb"))
     f["kv_memory_gb"].fail("give num_kv_blocks or kv_memory_gb, not both");
   return e;
@@ -78,6 +80,7 @@ YAML::Node engine_yaml(const EngineSpec& e) {
   n["cuda_graph"] = e.cuda_graph;
   n["cuda_attention"] = e.cuda_attention;
   n["tp"] = e.tp;
+  if (e.data_parallel != 1) n["data_parallel"] = e.data_parallel;  // absent at 1: stage 1-3 files unchanged
   return n;
 }
 

@@ -50,6 +50,10 @@ std::string profile_file_text(const OperatorProfile& p, const std::string& name,
 EngineSpec parse_engine(const Field& f);
 YAML::Node engine_yaml(const EngineSpec& e);
 
+// config_disaggregation.cpp: stage 4's section, checked against the engine it overrides.
+DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine, const ModelSpec& model);
+YAML::Node disaggregation_yaml(const DisaggregationSpec& d);
+
 // config_requests.cpp: the synthetic generator (count, arrival, length distributions) or a
 // trace, plus shared prefixes and cancellations.
 RequestsSpec parse_requests(const Field& f);

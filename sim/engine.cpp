@@ -6,18 +6,54 @@
 #include <stdexcept>
 
 #include "backend/cost_model.h"
+#include "backend/transfer/channels.h"
 
 namespace tandem {
 
+namespace {
+ChannelModel channel_model(const Workload& w) {
+  const ChannelSpec& c = w.disaggregation.channel;
+  return {.bandwidth_bytes_per_s = c.bandwidth_gbs * 1e9,
+          .latency_s = c.latency_us * 1e-6,
+          .layerwise = c.layerwise,
+          .layers = w.model.layers,
+          .bytes_per_token = w.model.kv_bytes_per_token(),
+          .block_size = w.engine.block_size};
+}
+}  // namespace
+
 Engine::Engine(const Workload& w, RequestSet requests, executor_i& executor, clock_i& clock)
+    : Engine(w, std::move(requests),
+             std::vector<executor_i*>(instance_specs(w).size(), &executor), clock) {}
+
+Engine::Engine(const Workload& w, RequestSet requests, std::span<executor_i* const> executors, clock_i& clock,
+               kv_channel_i* channel)
     : w_(w),
       requests_(std::move(requests)),
       clock_(clock),
       prompt_tokens_(w.seed, w.model.vocab, requests_),
       hash_root_(root_block_hash(w)) {
-  const KvCacheShape kv{w.engine.resolved_kv_blocks, w.engine.block_size, w.engine.state_slots};
-  instances_.push_back(std::make_unique<Instance>(0, scheduler_config(w), kv, requests_.requests, executor));
-  if (!executor.simulated()) outputs_.resize(requests_.requests.size());
+  const std::vector<InstanceSpec> specs = instance_specs(w);
+  if (executors.size() != specs.size())
+    throw std::logic_error(fmt::format("Engine: {} executors for {} instances", executors.size(), specs.size()));
+  for (const InstanceSpec& s : specs) {
+    const KvCacheShape kv{s.engine.resolved_kv_blocks, s.engine.block_size, s.engine.state_slots};
+    instances_.push_back(
+        std::make_unique<Instance>(s.id, s.scheduler, kv, requests_.requests, *executors[size_t(s.id)]));
+  }
+  if (w.disaggregation.enabled) {
+    handoff_ = std::make_unique<Handoff>(instances_[0]->scheduler, instances_[1]->scheduler, requests_.requests);
+    channel_ = channel;
+    if (!channel_) {
+      if (!executors[0]->simulated())
+        throw std::logic_error("Engine: a real backend needs a KV channel that moves the blocks");
+      own_channel_ = std::make_unique<SimChannel>(channel_model(w));
+      channel_ = own_channel_.get();
+    }
+    pd_.channel = channel_->name();
+    pd_bytes_.assign(requests_.requests.size(), 0);
+  }
+  if (!executors[0]->simulated()) outputs_.resize(requests_.requests.size());
 }
 
 void Engine::post_next_arrival() {
@@ -36,8 +72,15 @@ Summary Engine::run() {
   post_next_arrival();
   for (;;) {
     take_in_inbox();
-    if (events_.empty()) break;
-    if (!clock_.wait_until(events_.top().time, inbox_)) continue;  // a post came first: take it in
+    if (awaiting_async()) check_deadlines();
+    if (!run_error_.empty()) break;
+    if (events_.empty() && !awaiting_async()) break;
+    // Wait for the next event, or for a completion from another thread or process (the inbox),
+    // or, while one is awaited, until its deadline.
+    Time next = events_.empty() ? kMaxTime : events_.top().time;
+    for (const AsyncOp& op : async_ops_) next = std::min(next, op.deadline);
+    if (!clock_.wait_until(next, inbox_)) continue;  // a post came first: take it in
+    if (events_.empty() || events_.top().time > next) continue;  // a deadline, not an event
     TimedEvent e = events_.pop();
     // A wall clock may already be past the event (the loop was busy running a step).
     now_ = std::max(e.time, clock_.now());
@@ -45,11 +88,49 @@ Summary Engine::run() {
     // Take in everything that happens at this instant before planning the next steps.
     if (events_.empty() || events_.top().time > now_) start_idle_instances();
   }
-  check_nothing_lost();
+  if (run_error_.empty()) check_nothing_lost();
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   MetricsRecorder::RunEnd end{instances_[0]->executor.name(), wall_s, now_, 0};
-  for (const auto& in : instances_) end.prefix_evictions += in->kv.evictions();
-  return metrics_.summarize(requests_.requests, w_, end);
+  for (const auto& in : instances_) {
+    end.prefix_evictions += in->kv.evictions();
+    pd_.kv_mean_util.push_back(in->busy_time > 0 ? in->kv_used_time / in->busy_time : 0.0);
+    pd_.kv_peak_util.push_back(in->kv_peak);
+    pd_.kv_blocks.push_back(in->kv.num_blocks());
+    pd_.steps.push_back(in->num_steps);
+  }
+  if (handoff_) pd_.counters = handoff_->counters();
+  Summary s = metrics_.summarize(requests_.requests, w_, end);
+  add_instance_figures(s);
+  s.run_error = run_error_;
+  return s;
+}
+
+void Engine::add_instance_figures(Summary& s) const {
+  if (instances_.size() > 1)
+    for (size_t i = 0; i < instances_.size(); ++i)
+      s.instances.push_back({std::string(to_string(instances_[i]->role)), pd_.kv_blocks[i], pd_.steps[i],
+                             pd_.kv_mean_util[i], pd_.kv_peak_util[i]});
+  if (!handoff_) return;
+  DisaggregationFigures& d = s.disaggregation;
+  const HandoffCounters& c = pd_.counters;
+  d.enabled = true;
+  d.channel = pd_.channel;
+  d.started = c.started;
+  d.delivered = c.delivered;
+  d.failed = c.failed;
+  d.aborted = c.aborted;
+  d.stale = c.stale;
+  d.cancelled_parked = c.cancelled_parked;
+  d.bytes = pd_.bytes;
+  std::vector<double> transfer = pd_.transfer_ms, wait, after;
+  for (const Request& r : requests_.requests) {
+    const HandoffTimes& t = handoff_->times(r.id);
+    if (t.transfer_start != kNever) wait.push_back(to_ms(t.transfer_start - t.parked));
+    if (r.status == RequestStatus::Finished && t.transfer_end != kNever) after.push_back(to_ms(t.transfer_end - r.arrival));
+  }
+  d.transfer_ms = percentiles(transfer);
+  d.handoff_wait_ms = percentiles(wait);
+  d.ttft_after_transfer_ms = percentiles(after);
 }
 
 // Events posted by other threads happen when the loop takes them in.
@@ -64,6 +145,10 @@ void Engine::check_nothing_lost() const {
   for (const Request& r : requests_.requests) lost += r.alive();
   for (const auto& in : instances_)
     if (in->scheduler.in_flight()) ++lost;
+  if (handoff_ && (handoff_->open_tickets() > 0 || handoff_->num_parked() > 0))
+    throw std::runtime_error(fmt::format("engine: {} transfer ticket(s) still open and {} request(s) parked at the end "
+                                         "of the run (lost completion)",
+                                         handoff_->open_tickets(), handoff_->num_parked()));
   if (lost > 0)
     throw std::runtime_error(fmt::format(
         "engine: {} request(s) neither finished, cancelled nor failed at the end of the run (lost event)", lost));
@@ -81,12 +166,15 @@ void Engine::on(const Arrival& e) {
   post_next_arrival();
   Request& r = requests_.requests[size_t(e.id)];
   if (!r.alive()) return;  // cancelled before it arrived
-  Scheduler& sched = instances_[0]->scheduler;
+  Scheduler& sched = route(e.id).scheduler;
   // Per-token work (hashing the prompt) only for a request that can be served at all.
+  const FailReason why = handoff_ ? handoff_->arrival_failure(r) : sched.arrival_failure(r);
   std::vector<BlockHash> hashes;
-  if (w_.engine.enable_prefix_caching && sched.arrival_failure(r) == FailReason::None)
+  if (sched.config().enable_prefix_caching && why == FailReason::None)
     hash_prompt_blocks(r, prompt_tokens_, w_.engine.block_size, hash_root_, hashes);
-  if (!sched.add_request(e.id, now_, std::move(hashes))) on_request_left(r);
+  const bool waits = handoff_ ? handoff_->add_request(e.id, now_, std::move(hashes))
+                              : sched.add_request(e.id, now_, std::move(hashes));
+  if (!waits) on_request_left(r);
 }
 
 void Engine::on(const Cancel& e) {
@@ -97,7 +185,60 @@ void Engine::on(const Cancel& e) {
     on_request_left(r);
     return;
   }
-  if (instances_[0]->scheduler.cancel(e.id, now_)) on_request_left(r);
+  if (!handoff_) {
+    if (route(e.id).scheduler.cancel(e.id, now_)) on_request_left(r);
+    return;
+  }
+  if (!r.alive()) return;
+  switch (handoff_->phase(e.id)) {
+    case PdPhase::Prefill:
+      if (instances_[0]->scheduler.cancel(e.id, now_)) on_request_left(r);
+      return;
+    case PdPhase::Decode:
+      if (instances_[1]->scheduler.cancel(e.id, now_)) on_request_left(r);
+      return;
+    case PdPhase::Parked: handoff_->cancel(e.id, now_, true); break;
+    case PdPhase::Transfer:
+      // Blocks are freed now only if the channel stops writing now; else at its completion.
+      handoff_->cancel(e.id, now_, channel_->abort(handoff_->ticket_of(e.id)));
+      break;
+    default: return;
+  }
+  on_request_left(r);
+}
+
+void Engine::on(const TransferDone& e) {
+  end_async(-1, e.ticket);
+  if (!run_error_.empty()) return;
+  ReqId id = -1;
+  const Handoff::Outcome o = handoff_->complete(e.ticket, e.ok, now_, &id);
+  if (o == Handoff::Outcome::Stale) return;
+  if (o == Handoff::Outcome::Failed || o == Handoff::Outcome::Delivered) {
+    const HandoffTimes& t = handoff_->times(id);
+    pd_.transfer_ms.push_back(to_ms(t.transfer_end - t.transfer_start));
+  }
+  if (o == Handoff::Outcome::Failed) on_request_left(requests_.requests[size_t(id)]);
+}
+
+// Parked requests that the decode instance can now take: D reserves, the channel starts. A
+// synchronous channel's end is an event at now + its time; an asynchronous one posts its own.
+void Engine::start_transfers() {
+  for (const TransferOrder& o : handoff_->start_transfers(now_)) {
+    const KvTransfer t{o.ticket, o.id, o.num_tokens, o.src_blocks, o.dst_blocks, instances_[0]->inflight.elapsed, now_};
+    TransferStart s;
+    try {
+      s = channel_->start(t);
+    } catch (const std::exception& ex) {
+      s = TransferStart{.async = false, .ok = false, .elapsed = 0, .bytes = 0, .error = ex.what()};
+    }
+    pd_bytes_[size_t(o.id)] = s.bytes;
+    pd_.bytes += s.ok ? s.bytes : 0;
+    if (!s.async) {
+      events_.post(now_ + std::max<Duration>(s.elapsed, 0), TransferDone{o.ticket, s.ok, s.elapsed});
+    } else {
+      async_ops_.push_back({clock_.now() + async_timeout(), -1, o.ticket});
+    }
+  }
 }
 
 void Engine::on(const StepDone& e) {
@@ -114,9 +255,54 @@ void Engine::on(const StepDone& e) {
   }
   for (run_observer_i* o : observers_) o->on_step(in.inflight);
   for (ReqId id : in.scheduler.complete_step(now_)) on_request_left(requests_.requests[size_t(id)]);
+  if (handoff_ && in.role == InstanceRole::Prefill) handoff_->park(in.scheduler.prefilled(), now_);
+}
+
+void Engine::on(const StepFinished& e) {
+  Instance& in = *instances_.at(size_t(e.instance));
+  if (!in.scheduler.in_flight()) return;  // after a lost peer
+  end_async(in.id, 0);
+  in.inflight_result = e.result;
+  const StepPlan& plan = in.scheduler.current_plan();
+  check_step_result(in, plan);
+  finish_record(in);
+  in.last_step_end = now_;  // it ended when its answer came, whatever it computed for
+  on(StepDone{in.id});
+}
+
+void Engine::end_async(int32_t instance, uint64_t ticket) {
+  std::erase_if(async_ops_, [&](const AsyncOp& op) { return op.instance == instance && op.ticket == ticket; });
+}
+
+void Engine::check_deadlines() {
+  const Time t = clock_.now();
+  for (const AsyncOp& op : async_ops_)
+    if (t >= op.deadline) {
+      now_ = std::max(now_, t);
+      on(PeerLost{op.instance >= 0 ? fmt::format("a step of instance {} got no answer from the decode worker in {} ms",
+                                                 op.instance, w_.disaggregation.channel.timeout_ms)
+                                   : fmt::format("transfer {} was not acknowledged by the decode worker in {} ms",
+                                                 op.ticket, w_.disaggregation.channel.timeout_ms)});
+      return;
+    }
+}
+
+// The run cannot go on: every request still alive fails with the reason; blocks stay where they
+// are (the run ends here, nothing is reused), and the summary carries the error.
+void Engine::on(const PeerLost& e) {
+  if (!run_error_.empty()) return;
+  run_error_ = e.reason;
+  for (Request& r : requests_.requests) {
+    if (!r.alive()) continue;
+    r.status = RequestStatus::Failed;
+    r.fail_reason = FailReason::PeerLost;
+    r.finish = now_;
+    on_request_left(r);
+  }
 }
 
 void Engine::start_idle_instances() {
+  if (handoff_ && handoff_->num_parked() > 0) start_transfers();
   for (const auto& in : instances_)
     if (!in->scheduler.in_flight()) start_step(*in);
 }
@@ -127,6 +313,13 @@ void Engine::start_step(Instance& in) {
   if (plan.empty()) return;
   if (in.executor.needs_tokens()) attach_tokens(plan);
   plan.after_idle = in.num_steps == 0 || now_ - in.last_step_end >= kIdleGap;
+  if (in.executor.asynchronous()) {  // its result comes back through the inbox (StepFinished)
+    in.executor.submit(plan, num_steps_);
+    async_ops_.push_back({clock_.now() + async_timeout(), in.id, 0});
+    in.inflight_result = StepResult{};
+    record_step(in, plan);
+    return;
+  }
   try {
     in.inflight_result = in.executor.execute(plan);
   } catch (const std::exception& e) {
@@ -135,6 +328,7 @@ void Engine::start_step(Instance& in) {
   }
   check_step_result(in, plan);
   record_step(in, plan);
+  finish_record(in);
   events_.post(in.last_step_end, StepDone{in.id});
 }
 
@@ -166,7 +360,19 @@ void Engine::record_step(Instance& in, const StepPlan& plan) {
   rec.kv_capacity = in.kv.num_blocks();
   rec.waiting = in.scheduler.num_waiting();
   rec.running = in.scheduler.num_running();
+}
+
+// The step's time is known: its metrics, and when the instance is free again.
+void Engine::finish_record(Instance& in) {
+  StepRecord& rec = in.inflight;
+  const StepPlan& plan = *rec.plan;
+  rec.elapsed = in.inflight_result.elapsed;
+  if (!in.shadow_cost_model) rec.cost = in.inflight_result.cost;
   metrics_.on_step(rec.elapsed, rec.kv_used, rec.kv_capacity, plan.num_decode_seqs, plan.num_prefill_seqs);
+  const double u = rec.kv_capacity > 0 ? double(rec.kv_used) / rec.kv_capacity : 0.0;
+  in.kv_used_time += u * double(rec.elapsed);
+  in.busy_time += double(rec.elapsed);
+  in.kv_peak = std::max(in.kv_peak, u);
   in.last_step_end = now_ + rec.elapsed;
 }
 

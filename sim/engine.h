@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "backend/executor.h"
+#include "backend/transfer/channel.h"
+#include "policies/handoff.h"
 #include "sim/clock.h"
 #include "sim/config.h"
 #include "sim/events.h"
@@ -30,13 +32,30 @@ class run_observer_i {
   virtual void on_request_done(const Request&) {}
 };
 
+// Stage 4's figures that only the engine sees: per transfer, and per instance.
+struct DisaggregationStats {
+  std::string channel;
+  HandoffCounters counters;
+  int64_t bytes = 0;
+  std::vector<double> transfer_ms;                        // per delivered or failed transfer
+  std::vector<double> kv_mean_util, kv_peak_util;         // per instance
+  std::vector<int64_t> kv_blocks, steps;                  // per instance
+};
+
 class Engine {
  public:
+  // One executor per instance of instance_specs(w) (a simulated executor may serve them all),
+  // and the KV channel when the workload separates prefill and decode (null: the sim channel
+  // priced from the workload).
+  Engine(const Workload& w, RequestSet requests, std::span<executor_i* const> executors, clock_i& clock,
+         kv_channel_i* channel = nullptr);
   Engine(const Workload& w, RequestSet requests, executor_i& executor, clock_i& clock);
   void add_observer(run_observer_i* o) { observers_.push_back(o); }
   // Real backends: also price every step with this cost model, so steps.csv shows the
   // modelled time beside the measured one (where a simulation would go wrong, step by step).
-  void set_shadow_cost_model(std::unique_ptr<cost_model_i> m) { instances_[0]->shadow_cost_model = std::move(m); }
+  void set_shadow_cost_model(size_t instance, std::unique_ptr<cost_model_i> m) {
+    instances_.at(instance)->shadow_cost_model = std::move(m);
+  }
   // Where other threads post events for the loop (thread-safe); a post wakes a waiting wall clock.
   Inbox& inbox() { return inbox_; }
   // Runs to the end. Throws std::runtime_error if a request was lost (a bug, never bad input).
@@ -44,11 +63,26 @@ class Engine {
   const std::vector<Request>& requests() const { return requests_.requests; }
   // Output token ids per request (real backends; empty in simulated time).
   const std::vector<std::vector<Token>>& outputs() const { return outputs_; }
+  // Stage 4: the handoff (null unless prefill and decode are separated) and its figures.
+  const Handoff* handoff() const { return handoff_.get(); }
+  const DisaggregationStats& disaggregation() const { return pd_; }
+  int64_t transfer_bytes(ReqId id) const { return pd_bytes_.empty() ? 0 : pd_bytes_[size_t(id)]; }
 
  private:
   void on(const Arrival& e);
   void on(const StepDone& e);
   void on(const Cancel& e);
+  void on(const TransferDone& e);
+  void on(const StepFinished& e);
+  void on(const PeerLost& e);
+  bool awaiting_async() const { return !async_ops_.empty(); }
+  void end_async(int32_t instance, uint64_t ticket);
+  void check_deadlines();
+  Duration async_timeout() const { return from_seconds(w_.disaggregation.channel.timeout_ms * 1e-3); }
+  void finish_record(Instance& in);
+  Instance& route(ReqId id) { return *instances_[handoff_ ? 0 : size_t(id) % instances_.size()]; }
+  void start_transfers();
+  void add_instance_figures(Summary& s) const;
   void take_in_inbox();
   void start_idle_instances();
   void start_step(Instance& in);
@@ -63,6 +97,21 @@ class Engine {
   RequestSet requests_;
   clock_i& clock_;
   std::vector<std::unique_ptr<Instance>> instances_;  // by id; pointers, so an instance never moves
+  std::unique_ptr<Handoff> handoff_;                  // 1P1D: instance 0 prefills, 1 decodes
+  std::unique_ptr<kv_channel_i> own_channel_;         // the sim channel, when none was handed in
+  kv_channel_i* channel_ = nullptr;
+  DisaggregationStats pd_;
+  std::vector<int64_t> pd_bytes_;  // by request (1P1D only)
+  // Asynchronous work (a decode worker in another process): steps submitted and transfers
+  // started whose end has not come back yet. The loop waits for them before it ends.
+  // Each has a deadline: past it, the peer is taken as lost (a hang ends in seconds).
+  struct AsyncOp {
+    Time deadline;
+    int32_t instance;  // a step of this instance, or -1: a transfer
+    uint64_t ticket;
+  };
+  std::vector<AsyncOp> async_ops_;
+  std::string run_error_;  // a lost peer: the run ends early (Summary::run_error)
   EventQueue events_;
   Inbox inbox_;
   MetricsRecorder metrics_;

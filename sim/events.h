@@ -6,8 +6,11 @@
 #include <variant>
 #include <vector>
 
+#include <string>
+
 #include "core/request.h"
 #include "core/time.h"
+#include "policies/plan.h"
 
 namespace tandem {
 
@@ -20,7 +23,24 @@ struct StepDone {
 struct Cancel {
   ReqId id;
 };
-using Event = std::variant<Arrival, StepDone, Cancel>;
+// A KV channel ended a transfer (stage 4). Carries the ticket, not the request: a completion
+// that arrives after its request ended is recognised as stale.
+struct TransferDone {
+  uint64_t ticket;
+  bool ok;
+  Duration elapsed = 0;  // as the channel measured it (0: the engine's clock says)
+};
+// An asynchronous executor (a decode worker in another process) finished the instance's step.
+struct StepFinished {
+  int32_t instance;
+  StepResult result;
+};
+// The peer behind an asynchronous executor or channel is gone (connection closed, corrupt
+// frame, no answer in time): the run ends, its requests in flight failing with the reason.
+struct PeerLost {
+  std::string reason;
+};
+using Event = std::variant<Arrival, StepDone, Cancel, TransferDone, StepFinished, PeerLost>;
 
 struct TimedEvent {
   Time time;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "backend/cost_model.h"
+#include "backend/transfer/channels.h"
 
 namespace tandem {
 
@@ -21,6 +22,43 @@ std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backen
     return (*cuda)(w);
   }
   throw InputError(fmt::format("--backend {}: unknown (known: sim, cpu, cuda)", backend));
+}
+
+RunExecutors make_run_executors(Workload& w, const std::string& backend, const ExecutorFactory* cuda, int threads) {
+  RunExecutors r;
+  const std::vector<InstanceSpec> specs = instance_specs(w);
+  const bool remote_decode = w.disaggregation.enabled && backend != "sim" && w.disaggregation.channel.kind == "tcp";
+  for (const InstanceSpec& in : specs) {
+    if (remote_decode && in.role == InstanceRole::Decode) {  // built by the worker, in its process
+      r.remote = std::make_unique<DecodeWorkerLink>(w, in, backend, threads, r.executors[0]->kv_store());
+      r.executors.push_back(&r.remote->executor());
+      r.channel = &r.remote->channel();
+      continue;
+    }
+    Workload one = instance_workload(w, in);
+    r.owned.push_back(make_executor(one, backend, cuda));
+    w.model = one.model;  // a checkpoint's spec, as the executor read it
+    r.executors.push_back(r.owned.back().get());
+  }
+  if (!w.disaggregation.enabled || r.simulated() || r.remote) return r;
+  const std::string& kind = w.disaggregation.channel.kind;
+  if (kind == "sim")
+    throw InputError(fmt::format(
+        "disaggregation.channel.kind: sim only prices a transfer and moves no KV, so --backend {} would decode without "
+        "the prompt's KV: use copy (one process) or tcp (two processes)",
+        backend));
+  if (kind == "copy") {
+    kv_store_i* from = r.executors[0]->kv_store();
+    kv_store_i* to = r.executors[1]->kv_store();
+    if (!from || !to)
+      throw InputError(fmt::format("disaggregation.channel.kind: copy: the {} backend exposes no KV store", backend));
+    r.owned_channel = std::make_unique<CopyChannel>(*from, *to);
+    r.channel = r.owned_channel.get();
+    return r;
+  }
+  throw InputError(fmt::format(
+      "disaggregation.channel.kind: {} is not available for --backend {} in this build (copy runs in one process)",
+      kind, backend));
 }
 
 WarmUpShape warm_up_shape(const Workload& w) {

@@ -8,8 +8,10 @@
 
 #include "backend/cpu/cpu_executor.h"
 #include "backend/executor.h"
+#include "backend/transfer/channel.h"
 #include "backend/warmup.h"
 #include "sim/config.h"
+#include "sim/decode_worker.h"
 
 namespace tandem {
 
@@ -22,6 +24,23 @@ cpu::CpuExecutorOptions cpu_executor_options(const EngineSpec& e);
 // the factory of a CUDA build; without one, an InputError says the build has none).
 std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backend,
                                           const ExecutorFactory* cuda = nullptr);
+
+// The executors of a run's instances (instance_specs: one, data_parallel replicas, or prefill +
+// decode), each built from its instance's engine section, and the KV channel between prefill and
+// decode (null: none, or the simulated backend, where the engine prices the sim channel).
+// The tcp channel's decode instance lives in a worker process (`remote`); attach it to the
+// engine's inbox once the engine exists, and detach it before the engine goes.
+struct RunExecutors {
+  std::vector<std::unique_ptr<executor_i>> owned;
+  std::vector<executor_i*> executors;  // by instance
+  std::unique_ptr<kv_channel_i> owned_channel;
+  std::unique_ptr<DecodeWorkerLink> remote;
+  kv_channel_i* channel = nullptr;
+  bool simulated() const { return executors.front()->simulated(); }
+};
+// `threads`: the CPU backend's threads, passed on to a decode worker this starts.
+RunExecutors make_run_executors(Workload& w, const std::string& backend, const ExecutorFactory* cuda = nullptr,
+                                int threads = 0);
 
 // The step shapes a real backend warms up for before it serves this workload (`tandem run`,
 // calibrate): first-use costs are paid then, not by the first requests.

@@ -32,6 +32,7 @@ struct Instance {
   Instance(int32_t id_, const SchedulerConfig& cfg, const KvCacheShape& kv_shape, std::span<Request> requests,
            executor_i& exec)
       : id(id_),
+        role(cfg.role),
         kv(kv_shape.num_blocks, kv_shape.block_size, kv_shape.num_state_slots, int32_t(requests.size())),
         scheduler(cfg, requests, kv),
         executor(exec) {
@@ -41,6 +42,7 @@ struct Instance {
   Instance& operator=(const Instance&) = delete;
 
   const int32_t id;
+  const InstanceRole role;
   KvCache kv;
   Scheduler scheduler;  // holds a reference to kv
   executor_i& executor;
@@ -51,6 +53,8 @@ struct Instance {
   StepResult inflight_result;  // its result, handed back at its StepDone
   int64_t num_steps = 0;       // steps this instance has run
   Time last_step_end = 0;
+  // KV use over its busy time (summary.json's per-instance figures).
+  double kv_used_time = 0, busy_time = 0, kv_peak = 0;
 };
 
 }  // namespace tandem

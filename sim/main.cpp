@@ -25,6 +25,7 @@
 #include "sim/executors.h"
 #include "sim/generate.h"
 #include "sim/outputs.h"
+#include "sim/decode_worker.h"
 #include "sim/prefix_bound.h"
 
 namespace po = boost::program_options;
@@ -43,7 +44,8 @@ constexpr const char* kUsage =
     "residuals)\n"
     "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml  # linear "
     "fit\n"
-    "  tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [--max-tokens N] [--logits-out FILE]\n";
+    "  tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [--max-tokens N] [--logits-out FILE]\n"
+    "  tandem worker --listen HOST:PORT [--backend cpu|cuda] [--threads N] [--secret-file F]   # 1P1D decode over tcp\n";
 
 #ifdef TANDEM_HAVE_CUDA
 // The CUDA executor for a workload: its options from the engine section.
@@ -53,6 +55,7 @@ std::unique_ptr<executor_i> cuda_executor_for(Workload& w) {
                                   {.kv_blocks = e.resolved_kv_blocks,
                                    .block_size = e.block_size,
                                    .tp = e.tp,
+                                   .device = e.device,
                                    .deterministic = e.deterministic,
                                    .cuda_graph = e.cuda_graph,
                                    .mma_attention = e.cuda_attention == "mma",
@@ -104,15 +107,17 @@ int run_workload(Workload& w, const RunOptions& o) {
   if (o.backend == "cpu") cpu::set_threads(o.threads);
 #ifdef TANDEM_HAVE_CUDA
   const ExecutorFactory cuda_factory = cuda_executor_for;
-  std::unique_ptr<executor_i> exec = make_executor(w, o.backend, &cuda_factory);
+  RunExecutors run = make_run_executors(w, o.backend, &cuda_factory, o.threads);
 #else
-  std::unique_ptr<executor_i> exec = make_executor(w, o.backend);
+  RunExecutors run = make_run_executors(w, o.backend, nullptr, o.threads);
 #endif
-  const std::string clock_name = !o.clock.empty() ? o.clock : exec->simulated() ? "virtual" : "wall";
+  const std::string clock_name = !o.clock.empty() ? o.clock : run.simulated() ? "virtual" : "wall";
   if (clock_name != "wall" && clock_name != "virtual")
     throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
-  if (clock_name == "wall" && exec->simulated())
+  if (clock_name == "wall" && run.simulated())
     throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");
+  if (clock_name == "virtual" && run.remote)
+    throw InputError("--clock virtual: the tcp channel's decode worker runs in real time; use the wall clock");
   std::unique_ptr<clock_i> clock;
   if (clock_name == "wall")
     clock = std::make_unique<WallClock>();
@@ -121,9 +126,20 @@ int run_workload(Workload& w, const RunOptions& o) {
   RequestSet rs = generate_requests(w);
   // First-use costs (threads, buffers, cuBLAS, a graph per decode bucket) are paid here, not
   // by the first requests.
-  warm_up(*exec, warm_up_shape(w));
-  Engine engine(w, std::move(rs), *exec, *clock);
-  if (!exec->simulated()) engine.set_shadow_cost_model(make_cost_model(w.model, w.hardware, w.engine.tp));
+  const std::vector<InstanceSpec> specs = instance_specs(w);
+  for (const InstanceSpec& in : specs) warm_up(*run.executors[size_t(in.id)], warm_up_shape(instance_workload(w, in)));
+  Engine engine(w, std::move(rs), run.executors, *clock, run.channel);
+  // The decode worker's answers go into the engine's inbox while the engine lives.
+  struct Detach {
+    DecodeWorkerLink* link;
+    ~Detach() {
+      if (link) link->detach();
+    }
+  } detach{run.remote.get()};
+  if (run.remote) run.remote->attach(engine.inbox());
+  if (!run.simulated())
+    for (const InstanceSpec& in : specs)
+      engine.set_shadow_cost_model(size_t(in.id), make_cost_model(w.model, w.hardware, in.engine.tp));
   std::unique_ptr<RunOutputs> outputs;
   if (o.out) {
     outputs = std::make_unique<RunOutputs>(*o.out, o.trace);
@@ -135,9 +151,14 @@ int run_workload(Workload& w, const RunOptions& o) {
     engine.add_observer(&progress);
     s = engine.run();
   }
+  if (run.remote) run.remote->detach();
   if (outputs) outputs->finish(engine, s, w);
   s.peak_rss_kb = std::max(s.peak_rss_kb, peak_rss_kb());  // after the outputs, as summary.json
   if (!o.quiet) print_summary(std::cout, s);
+  if (!s.run_error.empty()) {  // every request still in flight failed with the reason; the files are written
+    std::cerr << "tandem: run failed: " << s.run_error << "\n";
+    return 1;
+  }
   return 0;
 }
 
@@ -219,6 +240,14 @@ int dispatch(int argc, char** argv) {
       return compare_runs(rest[0], rest[1], std::cout);
     }
     if (cmd == "generate") return generate_command(rest);
+    if (cmd == "worker") {
+#ifdef TANDEM_HAVE_CUDA
+      const ExecutorFactory cuda_factory = cuda_executor_for;
+      return worker_command(rest, &cuda_factory);
+#else
+      return worker_command(rest, nullptr);
+#endif
+    }
     if (cmd == "calibrate") {
       std::map<std::string, ExecutorFactory> backends;
 #ifdef TANDEM_HAVE_CUDA

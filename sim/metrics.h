@@ -50,6 +50,26 @@ class LogHistogram {
   int64_t max_ = 0;
 };
 
+// Per instance, when a run has more than one (data_parallel replicas, or prefill + decode).
+struct InstanceFigures {
+  std::string role;
+  int64_t kv_blocks = 0, steps = 0;
+  double kv_mean_util = 0, kv_peak_util = 0;
+};
+
+// Stage 4 (1P1D). The client's first token is the one the prefill instance samples, streamed
+// from there (ttft_ms); ttft_after_transfer_ms is when the decode instance holds the request,
+// the first token's time if it were returned only from there.
+struct DisaggregationFigures {
+  bool enabled = false;
+  std::string channel;
+  int64_t started = 0, delivered = 0, failed = 0, aborted = 0, stale = 0, cancelled_parked = 0;
+  int64_t bytes = 0;
+  Percentiles transfer_ms;             // start -> end, per ended transfer (delivered or failed)
+  Percentiles handoff_wait_ms;         // first token -> transfer start (waiting for a seat on D)
+  Percentiles ttft_after_transfer_ms;  // arrival -> transfer end, finished requests
+};
+
 struct Summary {
   std::string workload, policy, backend;
   Percentiles ttft_ms, tpot_ms, itl_ms, e2e_ms, queue_ms;
@@ -78,6 +98,11 @@ struct Summary {
   double sim_s = 0, wall_s = 0, makespan_s = 0;
   int64_t peak_rss_kb = 0;
   std::string prefix_off_reason;  // why prefix caching is off, when a rule turned it off
+  std::vector<InstanceFigures> instances;  // only when more than one
+  DisaggregationFigures disaggregation;
+  // Set when the run ended early at run time (a decode worker lost): every request still in
+  // flight failed with a reason; the outputs are written, and `tandem run` exits 1 with this.
+  std::string run_error;
 };
 
 class MetricsRecorder {

@@ -294,7 +294,8 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
   // cells where a time or latency does not apply.
   File req;
   bool req_ok = req.open(dir_ + "/requests.csv");
-  req.append(kRequestsCsvHeader);
+  const Handoff* pd = e.handoff();
+  req.append(pd ? kRequestsCsvPdHeader : kRequestsCsvHeader);
   auto seconds_or_empty = [](char* p, Time t) {
     if (t != kNever) p = put_scaled<9>(p, t, to_seconds(t));
     *p++ = ',';
@@ -326,6 +327,16 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
     *p++ = ',';
     p = put_int(p, r.num_cached_tokens);
     *p++ = ',';
+    if (pd) {
+      const HandoffTimes& t = pd->times(r.id);
+      p = seconds_or_empty(p, t.transfer_start);
+      p = seconds_or_empty(p, t.transfer_end);
+      if (t.transfer_start != kNever && t.transfer_end != kNever)
+        p = put_scaled<6>(p, t.transfer_end - t.transfer_start, to_ms(t.transfer_end - t.transfer_start));
+      *p++ = ',';
+      p = put_int(p, e.transfer_bytes(r.id));
+      *p++ = ',';
+    }
     req.commit(p);
     if (!outs.empty()) {  // real backends: the output token ids, space-separated
       bool first = true;
@@ -360,7 +371,14 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
       };
       span("queued", r.arrival, r.first_scheduled == kNever ? r.finish : r.first_scheduled);
       span("prefill", r.first_scheduled, r.first_token);
-      span("decode", r.first_token, r.finish);
+      if (pd && pd->times(r.id).transfer_start != kNever) {  // 1P1D: waits for a seat, moves, then decodes
+        const HandoffTimes& t = pd->times(r.id);
+        span("handoff_wait", r.first_token, t.transfer_start);
+        span("transfer", t.transfer_start, t.transfer_end);
+        span("decode", t.transfer_end, r.finish);
+      } else {
+        span("decode", r.first_token, r.finish);
+      }
     }
   }
 

@@ -71,6 +71,29 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
                     {"slo_tpot_ms", s.slo_tpot_ms},
                     {"requests_per_s", s.goodput_requests_per_s},
                     {"fraction", s.goodput_fraction}};
+  if (!s.instances.empty()) {
+    nlohmann::json in = nlohmann::json::array();
+    for (const InstanceFigures& f : s.instances)
+      in.push_back({{"role", f.role},
+                    {"kv_blocks", f.kv_blocks},
+                    {"steps", f.steps},
+                    {"kv_mean_util", f.kv_mean_util},
+                    {"kv_peak_util", f.kv_peak_util}});
+    j["instances"] = in;
+  }
+  if (const DisaggregationFigures& d = s.disaggregation; d.enabled)
+    j["disaggregation"] = {{"channel", d.channel},
+                           {"first_token_from", "prefill"},
+                           {"transfers", {{"started", d.started},
+                                          {"delivered", d.delivered},
+                                          {"failed", d.failed},
+                                          {"aborted", d.aborted},
+                                          {"stale_completions", d.stale},
+                                          {"cancelled_before_transfer", d.cancelled_parked}}},
+                           {"bytes", d.bytes},
+                           {"transfer_ms", pct_json(d.transfer_ms)},
+                           {"handoff_wait_ms", pct_json(d.handoff_wait_ms)},
+                           {"ttft_after_transfer_ms", pct_json(d.ttft_after_transfer_ms)}};
   j["steps"] = s.steps;
   j["makespan_s"] = s.makespan_s;
   j["sim_s"] = s.sim_s;
@@ -113,6 +136,18 @@ void print_summary(std::ostream& os, const Summary& s) {
     fmt::print(os, "prefix cache: off ({})\n", s.prefix_off_reason);
   else
     fmt::print(os, "prefix cache: off\n");
+  for (size_t i = 0; i < s.instances.size(); ++i)
+    fmt::print(os, "instance {} ({}): {} steps, KV {} blocks, mean use {:.1f}%, peak {:.1f}%\n", i, s.instances[i].role,
+               s.instances[i].steps, s.instances[i].kv_blocks, 100 * s.instances[i].kv_mean_util,
+               100 * s.instances[i].kv_peak_util);
+  if (const DisaggregationFigures& d = s.disaggregation; d.enabled) {
+    fmt::print(os,
+               "disaggregation ({} channel): {} transfers started, {} delivered, {} failed, {} aborted; {:.1f} MB moved; "
+               "first token from the prefill instance\n",
+               d.channel, d.started, d.delivered, d.failed, d.aborted, double(d.bytes) / 1e6);
+    row("xfer ms", d.transfer_ms);
+    row("TTFT@D ms", d.ttft_after_transfer_ms);
+  }
   fmt::print(os, "steps {}  simulated {:.3f} s  wall {:.3f} s  peak RSS {:.0f} MB\n", s.steps, s.sim_s, s.wall_s,
              double(s.peak_rss_kb) / 1024.0);
 }

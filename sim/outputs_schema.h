@@ -17,6 +17,12 @@ namespace tandem {
 inline constexpr const char* kRequestsCsvHeader =
     "id,arrival_s,first_token_s,finish_s,prompt_len,output_len,status,max_output,fail_reason,first_scheduled_s,"
     "ttft_ms,tpot_ms,e2e_ms,itl_max_ms,prefix_group,cached_tokens,output_tokens\n";
+// With prefill/decode separation, four columns before output_tokens: when the transfer of the
+// prompt's KV started and ended, and the bytes it moved (one file for the run, both instances).
+inline constexpr const char* kRequestsCsvPdHeader =
+    "id,arrival_s,first_token_s,finish_s,prompt_len,output_len,status,max_output,fail_reason,first_scheduled_s,"
+    "ttft_ms,tpot_ms,e2e_ms,itl_max_ms,prefix_group,cached_tokens,transfer_start_s,transfer_end_s,transfer_ms,"
+    "transfer_bytes,output_tokens\n";
 // steps.csv: one row per step. KV counts in blocks after planning; the cost terms are the cost
 // model's breakdown (on a real backend, the shadow model's); predicted_ms and pred_error
 // (relative) compare a real backend's measured step with that model.

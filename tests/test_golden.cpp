@@ -25,9 +25,9 @@ struct CpuRun {
 CpuRun run_on_cpu(const std::string& workload, const std::vector<Override>& overrides,
                   run_observer_i* observer = nullptr) {
   Workload w = load_workload(workload, overrides);
-  auto exec = make_executor(w, "cpu");
+  RunExecutors exec = make_run_executors(w, "cpu");  // one per instance, and the KV channel (1P1D)
   VirtualClock clock;  // measured step times, no waiting between events: fast and still a real backend
-  Engine e(w, generate_requests(w), *exec, clock);
+  Engine e(w, generate_requests(w), exec.executors, clock, exec.channel);
   if (observer) e.add_observer(observer);
   CpuRun run;
   run.summary = e.run();
@@ -256,6 +256,54 @@ TEST_CASE(
     }
     CHECK_MESSAGE(last_token_only > 0, "no run had a prompt hit up to its last token");
     CHECK_MESSAGE(inside_prefix > 0, "no run had a hit of an identical prompt or a prompt inside a group prefix");
+  }
+}
+
+TEST_CASE(
+    "golden (stage 4): 1P1D over the copy channel vs colocated, token-identical: TP 1 and 2, chunked and not, caching "
+    "on and off, and a prefill cache that evicts") {
+  const std::string wl = source_path("workloads/golden_prefix.yaml");
+  const Override pd{"disaggregation.enabled", "true"}, copy{"disaggregation.channel.kind", "copy"};
+  struct Case {
+    std::string label;
+    std::vector<Override> overrides;
+    bool evicts;
+  };
+  const std::vector<Case> cases = {
+      {"unchunked, caching off", {kNoChunking, {"engine.enable_prefix_caching", "false"}}, false},
+      {"unchunked, caching on", {kNoChunking}, false},
+      {"chunked at 61, caching off", {{"engine.max_num_batched_tokens", "61"}, {"engine.enable_prefix_caching", "false"}}, false},
+      {"chunked at 61, caching on", {{"engine.max_num_batched_tokens", "61"}}, false},
+      // 40 blocks on P (the longest prompt needs 31): cached blocks are evicted while prompts
+      // still arrive; D keeps the engine's 512.
+      {"chunked at 61, caching on, P holds 40 blocks", {{"engine.max_num_batched_tokens", "61"},
+                                                        {"disaggregation.prefill.num_kv_blocks", "40"}}, true},
+  };
+  for (const std::string tp : {"1", "2"}) {
+    CAPTURE(tp);
+    const CpuRun base = run_on_cpu(wl, {kNoChunking, {"engine.enable_prefix_caching", "false"}, {"engine.tp", tp}});
+    for (const Case& c : cases) {
+      std::vector<Override> o = c.overrides;
+      o.insert(o.end(), {pd, copy, {"engine.tp", tp}});
+      const CpuRun run = run_on_cpu(wl, o);
+      const Summary& s = run.summary;
+      for (const Request& r : run.requests)
+        REQUIRE_MESSAGE(r.status == RequestStatus::Finished, c.label, ": request ", r.id, " ended ", to_string(r.status));
+      const std::string d = first_divergence(base.outputs, run.outputs);
+      CHECK_MESSAGE(d.empty(), "tp ", tp, ", 1P1D, ", c.label, ": ", d);
+      // Every request with more than one output token moved its KV: none could pass vacuously.
+      int64_t multi = 0;
+      for (const Request& r : run.requests) multi += r.max_output > 1;
+      CHECK(s.disaggregation.enabled);
+      CHECK(s.disaggregation.delivered == multi);
+      CHECK(s.disaggregation.delivered > 0);
+      CHECK(s.disaggregation.bytes > 0);
+      CHECK(s.disaggregation.failed == 0);
+      if (c.evicts) CHECK_MESSAGE(s.prefix_evictions > 0, c.label, ": no cached block was evicted");
+      MESSAGE("tp ", tp, ", 1P1D copy, ", c.label, ": ", s.disaggregation.delivered, " transfers, ",
+              s.disaggregation.bytes, " bytes, ", s.prefix_hit_tokens, " prompt tokens hit, ", s.prefix_evictions,
+              " evictions; identical");
+    }
   }
 }
 

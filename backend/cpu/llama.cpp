@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "backend/cpu/checkpoint.h"
@@ -409,6 +410,44 @@ void LlamaModel::forward(const StepPlan& plan, std::span<const Token> tokens, st
     sampled.push_back(Token(std::max_element(row, row + V) - row));  // first maximum on ties
   }
   if (logits) logits->assign(logits_.begin(), logits_.end());
+}
+
+int64_t LlamaModel::kv_block_bytes() const {
+  int64_t floats = 0;
+  for (const Shard& sh : shards_) floats += 2 * int64_t(m_.layers) * int64_t(sh.kv.block_floats());
+  return floats * int64_t(sizeof(float));
+}
+
+// One walk for both directions, so that read and write can never disagree on the layout.
+template <class Copy>
+static void for_each_kv_run(std::span<const int32_t> blocks, int32_t layers, auto& shards, Copy&& copy) {
+  size_t at = 0;  // bytes
+  for (int32_t b : blocks)
+    for (auto& sh : shards)
+      for (int32_t l = 0; l < layers; ++l) {
+        const size_t n = sh.kv.block_floats() * sizeof(float);
+        copy(sh.kv.k(l, b, 0), at, n);
+        copy(sh.kv.v(l, b, 0), at + n, n);
+        at += 2 * n;
+      }
+}
+
+void LlamaModel::read_kv_blocks(std::span<const int32_t> blocks, std::span<std::byte> out) {
+  if (int64_t(out.size()) != int64_t(blocks.size()) * kv_block_bytes())
+    throw std::invalid_argument("read_kv_blocks: buffer size is not blocks * block bytes");
+  for (int32_t b : blocks)
+    if (b < 0 || b >= kv_num_blocks()) throw std::invalid_argument(fmt::format("read_kv_blocks: block {} out of range", b));
+  for_each_kv_run(blocks, m_.layers, shards_,
+                  [&](float* kv, size_t at, size_t n) { std::memcpy(out.data() + at, kv, n); });
+}
+
+void LlamaModel::write_kv_blocks(std::span<const int32_t> blocks, std::span<const std::byte> in) {
+  if (int64_t(in.size()) != int64_t(blocks.size()) * kv_block_bytes())
+    throw std::invalid_argument("write_kv_blocks: buffer size is not blocks * block bytes");
+  for (int32_t b : blocks)
+    if (b < 0 || b >= kv_num_blocks()) throw std::invalid_argument(fmt::format("write_kv_blocks: block {} out of range", b));
+  for_each_kv_run(blocks, m_.layers, shards_,
+                  [&](float* kv, size_t at, size_t n) { std::memcpy(kv, in.data() + at, n); });
 }
 
 }  // namespace tandem::cpu

@@ -51,6 +51,9 @@ class PagedKvStore {
   float* k(int32_t layer, int32_t block, int32_t slot) { return &k_[offset(layer, block, slot)]; }
   float* v(int32_t layer, int32_t block, int32_t slot) { return &v_[offset(layer, block, slot)]; }
   int32_t block_size() const { return block_size_; }
+  int32_t num_blocks() const { return num_blocks_; }
+  // Floats of one layer's K (or V) of one block.
+  size_t block_floats() const { return size_t(block_size_) * token_stride_; }
 
  private:
   size_t offset(int32_t layer, int32_t block, int32_t slot) const {
@@ -78,6 +81,12 @@ class LlamaModel {
   void set_gemm_path(GemmPath p) { gemm_path_ = p; }
   const ModelSpec& spec() const { return m_; }
   int32_t tp() const { return int32_t(shards_.size()); }
+  // The KV of whole blocks as bytes (prefill/decode separation): per block, per rank, per
+  // layer, K then V, as each rank stores them. Both instances of one tp read the same layout.
+  int64_t kv_block_bytes() const;
+  int32_t kv_num_blocks() const { return shards_[0].kv.num_blocks(); }
+  void read_kv_blocks(std::span<const int32_t> blocks, std::span<std::byte> out);
+  void write_kv_blocks(std::span<const int32_t> blocks, std::span<const std::byte> in);
 
  private:
   // Attention scratch, one per thread, kept across steps: fresh buffers would cost page

@@ -1,0 +1,107 @@
+// The workload's disaggregation section (stage 4): one prefill and one decode instance, their
+// overrides of the engine section, and the KV channel between them. Absent or enabled: false,
+// the run is stage 3 exactly, and the resolved workload prints no such section.
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "sim/config_sections.h"
+
+namespace tandem::config_detail {
+
+namespace {
+
+InstanceOverrides parse_overrides(const Field& f, const EngineSpec& e, const ModelSpec& m) {
+  InstanceOverrides o;
+  if (!f.present()) return o;
+  f.expect_map({"max_num_seqs", "max_num_batched_tokens", "max_num_partial_prefills", "num_kv_blocks", "tp", "device"});
+  if (f.has("max_num_seqs")) o.max_num_seqs = int32_t(f.get_int("max_num_seqs", 0, 1, 1 << 20));
+  if (f.has("max_num_batched_tokens"))
+    o.max_num_batched_tokens = int32_t(f.get_int("max_num_batched_tokens", 0, 1, kI32Max));
+  if (f.has("max_num_partial_prefills"))
+    o.max_num_partial_prefills = int32_t(f.get_int("max_num_partial_prefills", 0, 1, 1 << 20));
+  if (f.has("num_kv_blocks")) o.num_kv_blocks = int32_t(f.get_int("num_kv_blocks", 0, 1, 1 << 27));
+  if (f.has("tp")) {
+    o.tp = int32_t(f.get_int("tp", 0, 1, 1024));
+    if (const std::string why = m.tp_split_problem(*o.tp); !why.empty()) f["tp"].fail(why);
+  }
+  if (f.has("device")) o.device = int32_t(f.get_int("device", 0, 0, 1023));
+  const int32_t budget = o.max_num_batched_tokens.value_or(e.max_num_batched_tokens);
+  if (e.enable_chunked_prefill && budget < e.block_size)
+    f["max_num_batched_tokens"].fail(fmt::format(
+        "with chunked prefill the token budget ({}) is the chunk size and must be at least one block ({} tokens)", budget,
+        e.block_size));
+  return o;
+}
+
+YAML::Node overrides_yaml(const InstanceOverrides& o) {
+  YAML::Node n(YAML::NodeType::Map);
+  if (o.max_num_seqs) n["max_num_seqs"] = *o.max_num_seqs;
+  if (o.max_num_batched_tokens) n["max_num_batched_tokens"] = *o.max_num_batched_tokens;
+  if (o.max_num_partial_prefills) n["max_num_partial_prefills"] = *o.max_num_partial_prefills;
+  if (o.num_kv_blocks) n["num_kv_blocks"] = *o.num_kv_blocks;
+  if (o.tp) n["tp"] = *o.tp;
+  if (o.device) n["device"] = *o.device;
+  return n;
+}
+
+}  // namespace
+
+DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine, const ModelSpec& model) {
+  DisaggregationSpec d;
+  if (!f.present()) return d;
+  f.expect_map({"enabled", "prefill", "decode", "channel"});
+  if (f.has("enabled")) d.enabled = f["enabled"].as_bool();
+  d.prefill = parse_overrides(f["prefill"], engine, model);
+  d.decode = parse_overrides(f["decode"], engine, model);
+  if (f.has("channel")) {
+    const Field c = f["channel"];
+    c.expect_map({"kind", "bandwidth_gbs", "latency_us", "layerwise", "timeout_ms", "peer", "secret_file"});
+    ChannelSpec& ch = d.channel;
+    ch.kind = c.get_string("kind", ch.kind);
+    if (ch.kind != "sim" && ch.kind != "copy" && ch.kind != "tcp" && ch.kind != "nccl")
+      c["kind"].fail(fmt::format("unknown channel '{}' (known: sim, copy, tcp, nccl)", ch.kind));
+    ch.bandwidth_gbs = c.get_double("bandwidth_gbs", ch.bandwidth_gbs, 1e-6, 1e6);
+    ch.latency_us = c.get_double("latency_us", ch.latency_us, 0, 1e9);
+    if (c.has("layerwise")) ch.layerwise = c["layerwise"].as_bool();
+    ch.timeout_ms = c.get_double("timeout_ms", ch.timeout_ms, 1, 1e9);
+    ch.peer = c.get_string("peer", "");
+    if (!ch.peer.empty()) {
+      const size_t colon = ch.peer.rfind(':');
+      const bool port_ok = colon != std::string::npos && colon + 1 < ch.peer.size() &&
+                           ch.peer.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
+                           ch.peer.size() - colon - 1 <= 5 && std::stoi(ch.peer.substr(colon + 1)) <= 65535 &&
+                           std::stoi(ch.peer.substr(colon + 1)) > 0;
+      if (colon == 0 || !port_ok) c["peer"].fail(fmt::format("'{}' is not HOST:PORT (port 1-65535)", ch.peer));
+      if (ch.kind != "tcp") c["peer"].fail("a peer is for the tcp channel only");
+    }
+    if (c.has("secret_file")) {
+      ch.secret_file = c["secret_file"].as_path();
+      c["secret_file"].require_file(ch.secret_file);
+      if (ch.kind != "tcp") c["secret_file"].fail("a secret is for the tcp channel only");
+    }
+  }
+  if (d.enabled && engine.policy == BatchingPolicy::Static)
+    f["enabled"].fail(
+        "prefill/decode separation needs continuous batching (engine.policy: continuous): a static batch cannot "
+        "hand its members off one by one");
+  return d;
+}
+
+YAML::Node disaggregation_yaml(const DisaggregationSpec& d) {
+  YAML::Node n;
+  n["enabled"] = d.enabled;
+  n["prefill"] = overrides_yaml(d.prefill);
+  n["decode"] = overrides_yaml(d.decode);
+  YAML::Node c;
+  c["kind"] = d.channel.kind;
+  c["bandwidth_gbs"] = yaml_number(d.channel.bandwidth_gbs);
+  c["latency_us"] = yaml_number(d.channel.latency_us);
+  c["layerwise"] = d.channel.layerwise;
+  c["timeout_ms"] = yaml_number(d.channel.timeout_ms);
+  if (!d.channel.peer.empty()) c["peer"] = d.channel.peer;
+  if (!d.channel.secret_file.empty()) c["secret_file"] = yaml_path(d.channel.secret_file);
+  n["channel"] = c;
+  return n;
+}
+
+}  // namespace tandem::config_detail

@@ -1,0 +1,78 @@
+// Prefill/decode separation over TCP: the decode instance runs in another process, a `tandem
+// worker`, started here as a child (loopback) or reached at disaggregation.channel.peer. This
+// process keeps both schedulers; the worker holds the decode instance's model and KV cache.
+// One connection carries, in order: the decode steps (Step, answered by StepReply) and the
+// prompt KV of each request (KvPush from the prefill instance's blocks, answered by KvAck).
+// The worker handles frames one at a time in arrival order, so a transfer's blocks are written
+// before any later step reads them; the scheduler gives D's blocks to a request only after its
+// KvAck, so nothing reads a block that is still being written.
+//
+// Answers come back on the link's reader thread and are posted into the engine's inbox: a
+// StepFinished, a TransferDone (ticket), or a PeerLost (the connection closed, a corrupt or
+// unexpected frame, an error the worker reported). The engine's deadlines cover a silent peer.
+#pragma once
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/executor.h"
+#include "backend/transfer/channel.h"
+#include "backend/transfer/tcp_link.h"
+#include "sim/config.h"
+#include "sim/inbox.h"
+
+namespace tandem {
+
+class DecodeWorkerLink {
+ public:
+  // Connects to the worker (starting one if w's channel names no peer), proves the shared
+  // secret if one is configured, and sends it the decode instance's workload; the worker
+  // answers once its model is built and warmed up. `prefill_kv`: where the KV is read from.
+  DecodeWorkerLink(const Workload& w, const InstanceSpec& decode, const std::string& backend, int threads,
+                   kv_store_i* prefill_kv);
+  ~DecodeWorkerLink();
+  DecodeWorkerLink(const DecodeWorkerLink&) = delete;
+  DecodeWorkerLink& operator=(const DecodeWorkerLink&) = delete;
+
+  executor_i& executor();
+  kv_channel_i& channel();
+  // From here the worker's answers go into `inbox`, until detach().
+  void attach(Inbox& inbox);
+  // Stops posting into the inbox (before the engine that owns it goes away), says goodbye and
+  // ends the child. Idempotent.
+  void detach();
+  std::string peer() const { return peer_; }
+  pid_t child() const { return child_; }
+
+ private:
+  class RemoteExecutor;
+  class TcpChannel;
+  void on_frame(transfer::Frame&& f);
+  void on_close(const std::string& reason);
+  void post(Event e);
+  void start_child(const std::string& backend, int threads);
+
+  std::unique_ptr<transfer::TcpLink> link_;
+  std::unique_ptr<RemoteExecutor> executor_;
+  std::unique_ptr<TcpChannel> channel_;
+  std::string peer_;
+  pid_t child_ = -1;
+  uint16_t child_port_ = 0;
+  std::mutex mu_;
+  Inbox* inbox_ = nullptr;  // under mu_
+  bool closing_ = false;    // under mu_: our own close, not a lost peer
+  int32_t decode_instance_ = 1;
+  std::chrono::milliseconds timeout_;
+};
+
+// `tandem worker`: serves decode instances over TCP (see above). `cuda`: the CUDA backend's
+// factory in a CUDA build (sim/main.cpp), as for make_executor.
+int worker_command(const std::vector<std::string>& args, const std::function<std::unique_ptr<executor_i>(Workload&)>* cuda);
+
+}  // namespace tandem
