@@ -47,6 +47,8 @@ class executor_i {
   // Asynchronous executors (a decode instance in another process) take a step with submit()
   // and hand its result back later, through the engine's inbox; execute() is not called.
   virtual bool asynchronous() const { return false; }
+  // In another process (a peer that may go silent: its steps get a deadline).
+  virtual bool remote() const { return false; }
   virtual void submit(const StepPlan& plan, int64_t step_index) {
     (void)plan;
     (void)step_index;

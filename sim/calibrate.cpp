@@ -1,6 +1,7 @@
 // `tandem calibrate`: the command line, and the two procedures it runs (the per-operator
 // profile on a grid, and the older linear fit on served steps).
 #include "sim/calibrate.h"
+#include "sim/calibrate_channel.h"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -171,7 +172,9 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
       "threads", po::value<int>()->default_value(0), "threads (0: all cores)")(
       "reps", po::value<int>()->default_value(5), "grid: timed repetitions per shape (the fastest is kept)")(
       "budget", po::value<double>()->default_value(110), "grid: seconds it may take (fewer repetitions if needed)")(
-      "quick", po::bool_switch(), "grid: a smaller grid")("help,h", po::bool_switch(), "this help");
+      "quick", po::bool_switch(), "grid: a smaller grid")(
+      "channel", po::bool_switch(), "the workload's prefill/decode KV channel: latency and bandwidth (--workload W.yaml)")(
+      "help,h", po::bool_switch(), "this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
   po::notify(vm);
@@ -179,6 +182,7 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
     std::cout
         << "usage: tandem calibrate --backend cpu|cuda --model PRESET [--workload W.yaml ...] --out PROFILE.yaml\n"
            "       tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml\n"
+           "       tandem calibrate --channel --backend cpu|cuda --workload W.yaml --out CHANNEL.yaml [--reps N]\n"
         << opts;
     return 0;
   }
@@ -190,6 +194,16 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
     throw InputError(fmt::format("calibrate --backend {}: not available in this build (known: {})", backend, known));
   }
   const bool grid = vm.count("model") > 0;
+  if (vm["channel"].as<bool>()) {
+    if (grid || !vm.count("workload") || vm["workload"].as<std::vector<std::string>>().size() != 1 || !vm.count("out"))
+      throw InputError("calibrate --channel: give one --workload W.yaml (its disaggregation.channel) and --out CHANNEL.yaml");
+    if (const int reps = vm["reps"].as<int>(); reps < 1 || reps > 1000)
+      throw InputError(fmt::format("calibrate: --reps {}: must be in [1, 1000]", reps));
+    if (backend == "cpu") cpu::set_threads(vm["threads"].as<int>());
+    return calibrate_channel(vm["workload"].as<std::vector<std::string>>()[0], backend,
+                             backend == "cpu" ? nullptr : &factory->second, vm["threads"].as<int>(),
+                             vm["reps"].as<int>(), vm["out"].as<std::string>());
+  }
   if (!grid && !vm.count("workload"))
     throw InputError("calibrate: give --model PRESET (per-operator profile) or --workload W.yaml (linear fit)");
   if (!vm.count("out")) throw InputError("calibrate: --out PROFILE.yaml is required");

@@ -115,6 +115,7 @@ struct ChannelSpec {
   double timeout_ms = 30000;    // a transfer or a worker reply that takes longer fails the request
   std::string peer;             // tcp: HOST:PORT of a `tandem worker` already listening; empty: start one
   std::string secret_file;      // tcp: shared secret both sides prove (required off loopback)
+  std::string profile;          // a measured channel (tandem calibrate --channel): bandwidth and latency
 };
 struct DisaggregationSpec {
   bool enabled = false;  // false: stage 3 exactly (one colocated instance)

@@ -33,6 +33,29 @@ InstanceOverrides parse_overrides(const Field& f, const EngineSpec& e, const Mod
   return o;
 }
 
+// The file tandem calibrate --channel writes: kind, bandwidth_gbs, latency_us.
+void read_channel_profile(const Field& f, ChannelSpec& ch) {
+  YAML::Node n;
+  try {
+    n = YAML::LoadFile(ch.profile);
+  } catch (const YAML::Exception& e) {
+    f.fail(fmt::format("{}: not a channel profile: {}", ch.profile, e.what()));
+  }
+  const auto number = [&](const char* key, double lo, double hi) {
+    double v = 0;
+    try {
+      if (!n.IsMap() || !n[key] || !n[key].IsScalar()) throw YAML::Exception(YAML::Mark::null_mark(), "missing");
+      v = n[key].as<double>();
+    } catch (const YAML::Exception&) {
+      f.fail(fmt::format("{}: '{}' is missing or not a number (a file from tandem calibrate --channel)", ch.profile, key));
+    }
+    if (!(v >= lo && v <= hi)) f.fail(fmt::format("{}: {} = {} is outside [{}, {}]", ch.profile, key, v, lo, hi));
+    return v;
+  };
+  ch.bandwidth_gbs = number("bandwidth_gbs", 1e-6, 1e6);
+  ch.latency_us = number("latency_us", 0, 1e9);
+}
+
 YAML::Node overrides_yaml(const InstanceOverrides& o) {
   YAML::Node n(YAML::NodeType::Map);
   if (o.max_num_seqs) n["max_num_seqs"] = *o.max_num_seqs;
@@ -55,13 +78,22 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
   d.decode = parse_overrides(f["decode"], engine, model);
   if (f.has("channel")) {
     const Field c = f["channel"];
-    c.expect_map({"kind", "bandwidth_gbs", "latency_us", "layerwise", "timeout_ms", "peer", "secret_file"});
+    c.expect_map({"kind", "bandwidth_gbs", "latency_us", "layerwise", "timeout_ms", "peer", "secret_file", "profile"});
     ChannelSpec& ch = d.channel;
     ch.kind = c.get_string("kind", ch.kind);
     if (ch.kind != "sim" && ch.kind != "copy" && ch.kind != "tcp" && ch.kind != "nccl")
       c["kind"].fail(fmt::format("unknown channel '{}' (known: sim, copy, tcp, nccl)", ch.kind));
+    // A measured channel (tandem calibrate --channel): its bandwidth and latency, unless the
+    // section gives them too.
+    if (c.has("profile")) {
+      ch.profile = c["profile"].as_path();
+      c["profile"].require_file(ch.profile);
+      read_channel_profile(c["profile"], ch);
+    }
     ch.bandwidth_gbs = c.get_double("bandwidth_gbs", ch.bandwidth_gbs, 1e-6, 1e6);
     ch.latency_us = c.get_double("latency_us", ch.latency_us, 0, 1e9);
+    if (c.has("profile") && (c.has("bandwidth_gbs") || c.has("latency_us")))
+      c["profile"].fail("give a channel profile or bandwidth_gbs/latency_us, not both");
     if (c.has("layerwise")) ch.layerwise = c["layerwise"].as_bool();
     ch.timeout_ms = c.get_double("timeout_ms", ch.timeout_ms, 1, 1e9);
     ch.peer = c.get_string("peer", "");

@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <thread>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -68,6 +71,7 @@ class DecodeWorkerLink::RemoteExecutor final : public executor_i {
     link_.send(MsgType::Step, encode_step(uint64_t(step_index), plan));
   }
   bool asynchronous() const override { return true; }
+  bool remote() const override { return true; }
   std::string name() const override { return name_; }
   bool simulated() const override { return false; }
   bool needs_tokens() const override { return true; }
@@ -321,34 +325,75 @@ int serve(TcpLink& link, const std::string& backend, const std::string& secret, 
   }
   kv_store_i& kv = *exec->kv_store();
   link.send(HelloOkMsg{kv.num_blocks(), kv.block_bytes(), exec->name()});
-  for (;;) {
-    f = link.receive(milliseconds(int64_t(24) * 3600 * 1000));  // a run may idle; a closed peer ends it at once
-    switch (f.type) {
-      case MsgType::Step: {
+  // Steps run on their own thread, one at a time in arrival order; KV pushes are written as they
+  // arrive, beside a running step: the blocks a push fills belong to a request the scheduler
+  // will not schedule before this push's KvAck, so no step reads them meanwhile, and a push
+  // never waits behind a decode step (as an RDMA write would not).
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<DecodedStep> steps;
+  bool done = false;
+  std::thread stepper([&] {
+    for (;;) {
+      DecodedStep d;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return done || !steps.empty(); });
+        if (steps.empty()) return;
+        d = std::move(steps.front());
+        steps.pop_front();
+      }
+      StepReplyMsg r;
+      r.step = d.step;
+      try {
+        StepResult res = exec->execute(d.plan);
+        r.elapsed_ns = res.elapsed;
+        r.sampled = std::move(res.sampled);
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+      try {
+        link.send(r);
+      } catch (const std::exception&) {  // the connection is gone; the receive loop ends too
+        return;
+      }
+    }
+  });
+  const auto stop_stepper = [&] {
+    {
+      std::lock_guard lock(mu);
+      done = true;
+    }
+    cv.notify_one();
+    stepper.join();
+  };
+  try {
+    for (;;) {
+      const Frame f = link.receive(milliseconds(int64_t(24) * 3600 * 1000));  // a closed peer ends it at once
+      if (f.type == MsgType::Step) {
         DecodedStep d = decode_step(f.payload);
         check_block_ids(d, kv.num_blocks());
-        StepReplyMsg r;
-        r.step = d.step;
-        try {
-          StepResult res = exec->execute(d.plan);
-          r.elapsed_ns = res.elapsed;
-          r.sampled = std::move(res.sampled);
-        } catch (const std::exception& e) {
-          r.error = e.what();
+        check_table_lengths(d, w.engine.block_size);
+        {
+          std::lock_guard lock(mu);
+          steps.push_back(std::move(d));
         }
-        link.send(r);
-        break;
-      }
-      case MsgType::KvPush: {
+        cv.notify_one();
+      } else if (f.type == MsgType::KvPush) {
         const KvPushMsg m = decode_kv_push(f.payload);
         check_kv_push(m, kv.num_blocks(), kv.block_bytes(), w.engine.block_size);
         kv.write_blocks(m.dst_blocks, as_bytes(m.payload));
         link.send(KvAckMsg{m.ticket, true, {}});
-        break;
+      } else if (f.type == MsgType::Bye) {
+        stop_stepper();  // the steps already taken are answered first
+        return 0;
+      } else {
+        throw WireError(fmt::format("unexpected {} frame", msg_type_name(f.type)));
       }
-      case MsgType::Bye: return 0;
-      default: throw WireError(fmt::format("unexpected {} frame", msg_type_name(f.type)));
     }
+  } catch (...) {
+    stop_stepper();
+    throw;
   }
 }
 

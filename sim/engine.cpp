@@ -295,7 +295,7 @@ void Engine::on(const PeerLost& e) {
   for (Request& r : requests_.requests) {
     if (!r.alive()) continue;
     r.status = RequestStatus::Failed;
-    r.fail_reason = FailReason::PeerLost;
+    r.fail_reason = e.fail;
     r.finish = now_;
     on_request_left(r);
   }
@@ -315,7 +315,8 @@ void Engine::start_step(Instance& in) {
   plan.after_idle = in.num_steps == 0 || now_ - in.last_step_end >= kIdleGap;
   if (in.executor.asynchronous()) {  // its result comes back through the inbox (StepFinished)
     in.executor.submit(plan, num_steps_);
-    async_ops_.push_back({clock_.now() + async_timeout(), in.id, 0});
+    // A step in another process has a deadline (a silent peer); one on a thread here ends or fails.
+    async_ops_.push_back({in.executor.remote() ? clock_.now() + async_timeout() : kMaxTime, in.id, 0});
     in.inflight_result = StepResult{};
     record_step(in, plan);
     return;

@@ -36,9 +36,11 @@ struct StepFinished {
   StepResult result;
 };
 // The peer behind an asynchronous executor or channel is gone (connection closed, corrupt
-// frame, no answer in time): the run ends, its requests in flight failing with the reason.
+// frame, no answer in time), or a step failed on an executor thread: the run ends, its requests
+// in flight failing with `fail` (decode_worker_lost, or backend_error).
 struct PeerLost {
   std::string reason;
+  FailReason fail = FailReason::PeerLost;
 };
 using Event = std::variant<Arrival, StepDone, Cancel, TransferDone, StepFinished, PeerLost>;
 

@@ -24,7 +24,8 @@ std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backen
   throw InputError(fmt::format("--backend {}: unknown (known: sim, cpu, cuda)", backend));
 }
 
-RunExecutors make_run_executors(Workload& w, const std::string& backend, const ExecutorFactory* cuda, int threads) {
+RunExecutors make_run_executors(Workload& w, const std::string& backend, const ExecutorFactory* cuda, int threads,
+                                const ChannelFactory* channels) {
   RunExecutors r;
   const std::vector<InstanceSpec> specs = instance_specs(w);
   const bool remote_decode = w.disaggregation.enabled && backend != "sim" && w.disaggregation.channel.kind == "tcp";
@@ -47,6 +48,13 @@ RunExecutors make_run_executors(Workload& w, const std::string& backend, const E
         "disaggregation.channel.kind: sim only prices a transfer and moves no KV, so --backend {} would decode without "
         "the prompt's KV: use copy (one process) or tcp (two processes)",
         backend));
+  if (channels) {  // a CUDA build's own (device to device, nccl), when both executors are its
+    r.owned_channel = (*channels)(kind, *r.executors[0], *r.executors[1]);
+    if (r.owned_channel) {
+      r.channel = r.owned_channel.get();
+      return r;
+    }
+  }
   if (kind == "copy") {
     kv_store_i* from = r.executors[0]->kv_store();
     kv_store_i* to = r.executors[1]->kv_store();
@@ -56,6 +64,11 @@ RunExecutors make_run_executors(Workload& w, const std::string& backend, const E
     r.channel = r.owned_channel.get();
     return r;
   }
+  if (kind == "nccl")
+    throw InputError(fmt::format(
+        "disaggregation.channel.kind: nccl moves KV between two GPUs: it needs --backend cuda (here {}) in a build "
+        "with the CUDA backend; copy runs in one process on any backend",
+        backend));
   throw InputError(fmt::format(
       "disaggregation.channel.kind: {} is not available for --backend {} in this build (copy runs in one process)",
       kind, backend));

@@ -38,9 +38,15 @@ struct RunExecutors {
   kv_channel_i* channel = nullptr;
   bool simulated() const { return executors.front()->simulated(); }
 };
-// `threads`: the CPU backend's threads, passed on to a decode worker this starts.
+// A CUDA build's channels between two of its executors in one process (copy device to device,
+// nccl), by channel kind; null when it has none of that kind for these executors.
+using ChannelFactory =
+    std::function<std::unique_ptr<kv_channel_i>(const std::string& kind, executor_i& prefill, executor_i& decode)>;
+// `threads`: the CPU backend's threads, passed on to a decode worker this starts. `channels`: a
+// CUDA build's channel factory, asked first; without one (or when it has none), copy moves
+// blocks through host memory (CopyChannel).
 RunExecutors make_run_executors(Workload& w, const std::string& backend, const ExecutorFactory* cuda = nullptr,
-                                int threads = 0);
+                                int threads = 0, const ChannelFactory* channels = nullptr);
 
 // The step shapes a real backend warms up for before it serves this workload (`tandem run`,
 // calibrate): first-use costs are paid then, not by the first requests.

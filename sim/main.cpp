@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_executor.h"
 #include "backend/cpu/kernels.h"
 #ifdef TANDEM_HAVE_CUDA
+#include "backend/cuda/cuda_channels.h"
 #include "backend/cuda/cuda_executor.h"
 #endif
 #include "backend/warmup.h"
@@ -27,6 +28,7 @@
 #include "sim/outputs.h"
 #include "sim/decode_worker.h"
 #include "sim/prefix_bound.h"
+#include "sim/threaded_executor.h"
 
 namespace po = boost::program_options;
 using namespace tandem;
@@ -107,7 +109,8 @@ int run_workload(Workload& w, const RunOptions& o) {
   if (o.backend == "cpu") cpu::set_threads(o.threads);
 #ifdef TANDEM_HAVE_CUDA
   const ExecutorFactory cuda_factory = cuda_executor_for;
-  RunExecutors run = make_run_executors(w, o.backend, &cuda_factory, o.threads);
+  const ChannelFactory cuda_channels = cuda::make_cuda_channel;
+  RunExecutors run = make_run_executors(w, o.backend, &cuda_factory, o.threads, &cuda_channels);
 #else
   RunExecutors run = make_run_executors(w, o.backend, nullptr, o.threads);
 #endif
@@ -128,6 +131,15 @@ int run_workload(Workload& w, const RunOptions& o) {
   // by the first requests.
   const std::vector<InstanceSpec> specs = instance_specs(w);
   for (const InstanceSpec& in : specs) warm_up(*run.executors[size_t(in.id)], warm_up_shape(instance_workload(w, in)));
+  // With the wall clock and several instances, each local instance computes on a thread of its
+  // own, so that prefill and decode steps overlap as on separate machines.
+  std::vector<std::unique_ptr<ThreadedExecutor>> threaded;
+  if (clock_name == "wall" && run.executors.size() > 1)
+    for (size_t i = 0; i < run.executors.size(); ++i)
+      if (!run.executors[i]->asynchronous()) {
+        threaded.push_back(std::make_unique<ThreadedExecutor>(*run.executors[i], int32_t(i)));
+        run.executors[i] = threaded.back().get();
+      }
   Engine engine(w, std::move(rs), run.executors, *clock, run.channel);
   // The decode worker's answers go into the engine's inbox while the engine lives.
   struct Detach {
@@ -137,6 +149,13 @@ int run_workload(Workload& w, const RunOptions& o) {
     }
   } detach{run.remote.get()};
   if (run.remote) run.remote->attach(engine.inbox());
+  struct StopThreads {
+    std::vector<std::unique_ptr<ThreadedExecutor>>& t;
+    ~StopThreads() {
+      for (auto& e : t) e->stop();
+    }
+  } stop_threads{threaded};
+  for (auto& t : threaded) t->attach(engine.inbox());
   if (!run.simulated())
     for (const InstanceSpec& in : specs)
       engine.set_shadow_cost_model(size_t(in.id), make_cost_model(w.model, w.hardware, in.engine.tp));

@@ -7,7 +7,9 @@
 namespace tandem::cuda {
 
 namespace {
-class CudaExecutor final : public executor_i {
+// Its KV store is the model's cache as whole blocks (CudaModel::read_kv_blocks), the layout the
+// same on every instance of one model, block size and tensor-parallel degree.
+class CudaExecutor final : public executor_i, public kv_store_i {
  public:
   CudaExecutor(const ModelSpec& m, const cpu::LlamaWeights* w, uint64_t seed, int32_t blocks, int32_t block_size,
                const CudaModelOptions& opt)
@@ -22,11 +24,26 @@ class CudaExecutor final : public executor_i {
   }
   std::string name() const override { return "cuda"; }
   bool simulated() const override { return false; }
+  kv_store_i* kv_store() override { return this; }
+  int64_t block_bytes() const override { return model_.kv_block_bytes(); }
+  int32_t num_blocks() const override { return model_.kv_num_blocks(); }
+  void read_blocks(std::span<const int32_t> blocks, std::span<std::byte> out) override {
+    model_.read_kv_blocks(blocks, out);
+  }
+  void write_blocks(std::span<const int32_t> blocks, std::span<const std::byte> in) override {
+    model_.write_kv_blocks(blocks, in);
+  }
+  CudaModel& model() { return model_; }
 
  private:
   CudaModel model_;
 };
 }  // namespace
+
+CudaModel* cuda_model_of(executor_i& exec) {
+  auto* cuda = dynamic_cast<CudaExecutor*>(&exec);
+  return cuda ? &cuda->model() : nullptr;
+}
 
 std::unique_ptr<executor_i> make_cuda_executor(ModelSpec& m, uint64_t seed, const CudaExecutorOptions& e) {
   const CudaModelOptions opt{.attention = e.mma_attention ? AttentionKernel::Mma : AttentionKernel::Simt,

@@ -26,10 +26,16 @@ struct CudaExecutorOptions {
   int32_t max_step_seqs = SchedulerConfig{}.max_num_seqs;  // (engine.max_num_seqs)
 };
 
-// Builds the backend for a workload: GPU 0 (or GPUs 0..tp-1), checkpoint weights if
-// model.checkpoint is set, else dummy bf16 weights generated on the device from the seed.
-// Throws InputError for a configuration that cannot run (memory, shapes) and
-// std::runtime_error when no usable GPU is present.
+// Builds the backend for a workload: GPU opt.device (or GPUs device..device+tp-1), checkpoint
+// weights if model.checkpoint is set, else dummy bf16 weights generated on the device from the
+// seed. Throws InputError for a configuration that cannot run (memory, shapes) and
+// std::runtime_error when no usable GPU is present. Its kv_store() moves whole blocks between
+// the device cache and host memory (stage 4).
 std::unique_ptr<executor_i> make_cuda_executor(ModelSpec& m, uint64_t seed, const CudaExecutorOptions& opt);
+
+class CudaModel;
+// The model behind an executor of make_cuda_executor (the device channels, tests); null for any
+// other executor.
+CudaModel* cuda_model_of(executor_i& exec);
 
 }  // namespace tandem::cuda

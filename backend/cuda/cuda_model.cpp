@@ -12,6 +12,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_blocks.h"
 #include "backend/cuda/nccl_communicator.h"
 #include "backend/cuda/step_meta.h"
 #include "core/error.h"
@@ -89,11 +90,20 @@ struct CudaModel::Impl {
   HostBuffer<int32_t> host_meta, host_sampled;
   HostBuffer<float> host_logits;
   std::map<int32_t, Graph> graphs;  // decode batch-size bucket -> captured step
+  // By rank, made by the first block read or write: a stream of their own, so that a transfer
+  // does not wait behind a step another thread runs (the KV it moves was written by steps that
+  // have returned, and the blocks it writes are read by no step until it has).
+  struct KvIo {
+    std::unique_ptr<KvStaging> staging;
+    std::unique_ptr<DeviceStream> stream;
+  };
+  std::vector<KvIo> kv_io;
   CudaModelStats stats;
   int64_t n_tiles = 0, num_samples = 0;
 
   ~Impl() {
     for (auto& [bucket, g] : graphs) (void)cudaGraphExecDestroy(g.exec);
+    kv_io.clear();
     comm.reset();
     for (Rank& r : ranks) {
       (void)cudaSetDevice(r.device);
@@ -104,6 +114,20 @@ struct CudaModel::Impl {
   void use(const Rank& r) const {
     if (ranks.size() > 1) TANDEM_CUDA_CHECK(cudaSetDevice(r.device));
   }
+
+  KvPoolView kv_pool(const Rank& r) const {
+    return {.device = r.device,
+            .k = reinterpret_cast<std::byte*>(r.k_cache.get()),
+            .v = reinterpret_cast<std::byte*>(r.v_cache.get()),
+            .layers = m.layers,
+            .num_blocks = num_blocks,
+            .layer_block_bytes = int64_t(block_size) * r.kv_heads * m.head_dim() * int64_t(sizeof(bf16))};
+  }
+  // Block reads and writes, chunk by chunk on each rank's device: `chunk` gets the rank's pool,
+  // its staging and stream, the chunk's first index and length, and where the rank's share
+  // starts inside a block (bytes); it enqueues the copies, and each rank ends with a wait.
+  template <class Chunk>
+  void for_each_kv_chunk(size_t num_blocks_moved, Chunk&& chunk);
 
   void load_weights(const cpu::LlamaWeights* host);
   void load_slice(Rank& r, bf16* dst, const std::vector<float>* host, uint64_t id, float scale, int64_t rows,
@@ -368,6 +392,11 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
   if (devices < tp)
     throw std::runtime_error(tp == 1 ? std::string("--backend cuda: no usable CUDA device")
                                      : fmt::format("engine.tp {} needs {} GPUs; {} found", tp, tp, devices));
+  if (opt.first_device < 0 || devices < opt.first_device + tp)
+    throw std::runtime_error(
+        fmt::format("an instance on GPUs {}..{} (tp {}): this machine has {} GPU(s); disaggregation.prefill.device and "
+                    "decode.device choose an instance's first GPU",
+                    opt.first_device, opt.first_device + tp - 1, tp, devices));
   s.tile_tokens =
       opt.attention == AttentionKernel::Mma ? attention_mma_tile_tokens(group) : attention_tile_tokens(group);
   s.ranks.resize(size_t(tp));
@@ -414,7 +443,7 @@ CudaModel::~CudaModel() = default;
 
 void CudaModel::randomize_kv_cache(uint64_t seed) {
   for (Rank& r : impl_->ranks) {
-    impl_->use(r);
+    TANDEM_CUDA_CHECK(cudaSetDevice(r.device));
     const int64_t n = int64_t(r.k_cache.size());
     fill_uniform(r.k_cache.get(), 1, n, n, 0, 0, seed, 1000 + uint64_t(r.device) * 2, 1.0f, r.stream);
     fill_uniform(r.v_cache.get(), 1, n, n, 0, 0, seed, 1001 + uint64_t(r.device) * 2, 1.0f, r.stream);
@@ -431,6 +460,9 @@ void CudaModel::forward(const StepPlan& plan, std::span<const Token> tokens, std
   const int64_t T = plan.num_tokens, S = int64_t(plan.seqs.size());
   if (int64_t(tokens.size()) != T) throw std::logic_error("CudaModel::forward: token count differs from the plan");
   if (T == 0) return;
+  // Another instance in this process (stage 4), a KV transfer, or a thread of its own that never
+  // chose a GPU may have left another one current.
+  TANDEM_CUDA_CHECK(cudaSetDevice(s.ranks[0].device));
   const bool decode_only = std::all_of(plan.seqs.begin(), plan.seqs.end(),
                                        [](const ScheduledSeq& q) { return q.num_tokens == 1 && q.samples; });
   const bool graph = s.opt.cuda_graph && !s.comm && decode_only && !logits;
@@ -466,6 +498,72 @@ void CudaModel::forward(const StepPlan& plan, std::span<const Token> tokens, std
   }
   sampled.insert(sampled.end(), s.host_sampled.get(), s.host_sampled.get() + n_real);
   if (logits) logits->assign(s.host_logits.get(), s.host_logits.get() + n_real * s.m.vocab);
+}
+
+int64_t CudaModel::kv_block_bytes() const {
+  int64_t bytes = 0;
+  for (const Rank& r : impl_->ranks) bytes += impl_->kv_pool(r).block_bytes();
+  return bytes;
+}
+
+int32_t CudaModel::kv_num_blocks() const { return impl_->num_blocks; }
+
+std::vector<KvPoolView> CudaModel::kv_pools() const {
+  std::vector<KvPoolView> out;
+  for (const Rank& r : impl_->ranks) out.push_back(impl_->kv_pool(r));
+  return out;
+}
+
+template <class Chunk>
+void CudaModel::Impl::for_each_kv_chunk(size_t n_moved, Chunk&& chunk) {
+  if (kv_io.empty())
+    for (const Rank& r : ranks)
+      kv_io.push_back(
+          {std::make_unique<KvStaging>(r.device, kv_pool(r).block_bytes(), num_blocks, opt.kv_staging_bytes),
+           std::make_unique<DeviceStream>(r.device)});
+  int64_t rank_offset = 0;
+  for (size_t ri = 0; ri < ranks.size(); ++ri) {
+    const KvPoolView pool = kv_pool(ranks[ri]);
+    KvStaging& st = *kv_io[ri].staging;
+    const cudaStream_t stream = kv_io[ri].stream->get();
+    TANDEM_CUDA_CHECK(cudaSetDevice(pool.device));
+    for (size_t i0 = 0; i0 < n_moved; i0 += size_t(st.chunk_blocks()))
+      chunk(pool, st, stream, i0, std::min(size_t(st.chunk_blocks()), n_moved - i0), rank_offset);
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+    rank_offset += pool.block_bytes();
+  }
+}
+
+// The host buffer holds each block's ranks side by side: one rank's share of n blocks is n rows
+// with the whole block as the pitch, one 2D copy per chunk.
+void CudaModel::read_kv_blocks(std::span<const int32_t> blocks, std::span<std::byte> out) {
+  Impl& s = *impl_;
+  const size_t bb = size_t(kv_block_bytes());
+  if (out.size() != blocks.size() * bb)
+    throw std::invalid_argument("read_kv_blocks: buffer size is not blocks * block bytes");
+  check_block_ids(blocks, s.num_blocks, "read_kv_blocks");
+  s.for_each_kv_chunk(blocks.size(), [&](const KvPoolView& pool, KvStaging& st, cudaStream_t stream, size_t i0,
+                                         size_t n, int64_t rank_offset) {
+    const size_t rbb = size_t(pool.block_bytes());
+    pack_kv_blocks(pool, st.upload(blocks.subspan(i0, n), stream), int32_t(n), st.bytes(), stream);
+    TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(out.data() + i0 * bb + size_t(rank_offset), bb, st.bytes(), rbb, rbb, n,
+                                        cudaMemcpyDeviceToHost, stream));
+  });
+}
+
+void CudaModel::write_kv_blocks(std::span<const int32_t> blocks, std::span<const std::byte> in) {
+  Impl& s = *impl_;
+  const size_t bb = size_t(kv_block_bytes());
+  if (in.size() != blocks.size() * bb)
+    throw std::invalid_argument("write_kv_blocks: buffer size is not blocks * block bytes");
+  check_block_ids(blocks, s.num_blocks, "write_kv_blocks");
+  s.for_each_kv_chunk(blocks.size(), [&](const KvPoolView& pool, KvStaging& st, cudaStream_t stream, size_t i0,
+                                         size_t n, int64_t rank_offset) {
+    const size_t rbb = size_t(pool.block_bytes());
+    TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(st.bytes(), rbb, in.data() + i0 * bb + size_t(rank_offset), bb, rbb, n,
+                                        cudaMemcpyHostToDevice, stream));
+    unpack_kv_blocks(pool, st.upload(blocks.subspan(i0, n), stream), int32_t(n), st.bytes(), stream);
+  });
 }
 
 std::string CudaModel::describe() const {

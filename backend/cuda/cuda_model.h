@@ -2,6 +2,7 @@
 // layout and block ids from policies/), with bf16 weights and KV cache and fp32 accumulation.
 // Plain C++ interface: the CUDA types stay inside backend/cuda.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -27,10 +28,23 @@ struct CudaModelOptions {
   bool gemm_own_kernel = false;    // deterministic mode: the own tensor-core GEMM for every shape (tests)
   int32_t max_step_tokens = 8192;  // activation buffers are sized once for this (graphs keep pointers)
   int32_t max_step_seqs = 256;
+  int64_t kv_staging_bytes = int64_t{64} << 20;  // block reads and writes move in chunks of this (tests: small)
 };
 
 struct CudaModelStats {
   int64_t eager_steps = 0, graph_captures = 0, graph_replays = 0;
+};
+
+// One rank's share of the KV cache, for the code that moves whole blocks (kv_blocks.h): device
+// memory on `device`, K and V each [layer][block][layer_block_bytes] (the model's own layout:
+// [layer][block * block_size + slot][kv_heads][head_dim], bf16).
+struct KvPoolView {
+  int device = 0;
+  std::byte* k = nullptr;
+  std::byte* v = nullptr;
+  int32_t layers = 0, num_blocks = 0;
+  int64_t layer_block_bytes = 0;  // one block of one layer, K or V: block_size * kv_heads * head_dim * 2
+  int64_t block_bytes() const { return 2 * int64_t(layers) * layer_block_bytes; }  // this rank's share of a block
 };
 
 class CudaModel {
@@ -52,6 +66,18 @@ class CudaModel {
   void randomize_kv_cache(uint64_t seed);
   const ModelSpec& spec() const;
   CudaModelStats stats() const;
+
+  // The KV cache as whole blocks (stage 4: kv_store_i, the device channels). A block's bytes, in
+  // the host buffers of read/write: for each rank, for each layer, K then V (the CPU model's
+  // order), bf16 as stored. Both calls return when their copies are done. They run on streams of
+  // their own, so another thread's step may run meanwhile, on other blocks (a transfer reads
+  // blocks whose steps have returned and writes blocks no step reads until it has returned).
+  int64_t kv_block_bytes() const;  // all ranks
+  int32_t kv_num_blocks() const;
+  // out.size() == blocks.size() * kv_block_bytes(), blocks in order; ids are checked.
+  void read_kv_blocks(std::span<const int32_t> blocks, std::span<std::byte> out);
+  void write_kv_blocks(std::span<const int32_t> blocks, std::span<const std::byte> in);
+  std::vector<KvPoolView> kv_pools() const;  // by rank
   // Devices and the pinned GEMM algorithm of each weight shape, for logs and reports.
   std::string describe() const;
 

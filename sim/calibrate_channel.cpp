@@ -1,0 +1,118 @@
+#include "sim/calibrate_channel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include "core/error.h"
+#include "sim/inbox.h"
+#include "sim/workload_gen.h"
+
+namespace tandem {
+
+namespace {
+
+// One transfer's time as the channel measures it: a synchronous channel says it; an
+// asynchronous one posts its completion into the inbox.
+Duration one_transfer(kv_channel_i& ch, Inbox& inbox, const KvTransfer& t) {
+  const TransferStart s = ch.start(t);
+  if (!s.ok) throw std::runtime_error(fmt::format("calibrate --channel: transfer failed: {}", s.error));
+  if (!s.async) return s.elapsed;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    if (!inbox.wait_until(deadline)) throw std::runtime_error("calibrate --channel: no answer from the worker in 60 s");
+    Duration got = -1;
+    std::string lost;
+    inbox.drain([&](Event&& e) {
+      if (const auto* d = std::get_if<TransferDone>(&e); d && d->ticket == t.ticket) got = d->ok ? d->elapsed : -2;
+      if (const auto* p = std::get_if<PeerLost>(&e)) lost = p->reason;
+    });
+    if (!lost.empty()) throw std::runtime_error("calibrate --channel: " + lost);
+    if (got == -2) throw std::runtime_error("calibrate --channel: the worker refused a transfer");
+    if (got >= 0) return got;
+  }
+}
+
+}  // namespace
+
+int calibrate_channel(const std::string& workload, const std::string& backend, const ExecutorFactory* cuda, int threads,
+                      int reps, const std::string& out_path) {
+  Workload w = load_workload(workload, {{"disaggregation.enabled", "true"}});
+  const std::string kind = w.disaggregation.channel.kind;
+  if (backend == "sim" || kind == "sim")
+    throw InputError("calibrate --channel measures a real channel: --backend cpu or cuda, channel kind copy, tcp or nccl");
+  RunExecutors run = make_run_executors(w, backend, cuda, threads);
+  Inbox inbox;
+  if (run.remote) run.remote->attach(inbox);
+  const std::vector<InstanceSpec> specs = instance_specs(w);
+  // Sizes up to the workload's longest prompt (what its transfers move), within a quarter of the
+  // smaller cache.
+  int32_t longest = 1;
+  for (const Request& r : generate_requests(w).requests) longest = std::max(longest, r.prompt_len);
+  const int32_t most = std::max(1, std::min({specs[0].engine.resolved_kv_blocks / 4, specs[1].engine.resolved_kv_blocks / 4,
+                                             blocks_for(longest, w.engine.block_size)}));
+  const int32_t bs = w.engine.block_size;
+  std::vector<int32_t> blocks(static_cast<size_t>(most));
+  for (int32_t i = 0; i < most; ++i) blocks[size_t(i)] = i;
+  std::vector<std::pair<double, double>> points;  // (bytes, seconds): the median of the repetitions per size
+  uint64_t ticket = 1;
+  fmt::print("calibrate --channel: {} over {}, block {} tokens, 1..{} blocks, {} repetitions each\n", kind, backend, bs,
+             most, reps);
+  fmt::print("{:>8} {:>14} {:>12} {:>10}\n", "blocks", "bytes", "median ms", "GB/s");
+  for (int32_t n = 1;; n = std::min(most, n * 2)) {
+    const std::span<const int32_t> b(blocks.data(), size_t(n));
+    std::vector<double> t;
+    int64_t bytes = 0;
+    for (int r = 0; r < reps + 1; ++r) {
+      const KvTransfer x{ticket++, 0, n * bs, b, b, 0, 0};
+      const Duration d = one_transfer(*run.channel, inbox, x);
+      if (r > 0) t.push_back(to_seconds(d));  // the first of each size warms up (pages, buffers)
+      bytes = int64_t(n) * (run.executors[0]->kv_store() ? run.executors[0]->kv_store()->block_bytes() : 0);
+    }
+    std::sort(t.begin(), t.end());
+    const double med = t[t.size() / 2];
+    points.push_back({double(bytes), med});
+    fmt::print("{:>8} {:>14} {:>12.4f} {:>10.3f}\n", n, bytes, med * 1e3, double(bytes) / med / 1e9);
+    if (n == most) break;
+  }
+  if (run.remote) run.remote->detach();
+  // Least squares in relative terms (each point weighted by 1 / time^2), so that the small
+  // transfers count as much as the large ones: seconds = a + bytes / bandwidth.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto [x, y] : points) {
+    const double wt = 1.0 / (y * y);
+    sw += wt;
+    sx += wt * x;
+    sy += wt * y;
+    sxx += wt * x * x;
+    sxy += wt * x * y;
+  }
+  const double den = sw * sxx - sx * sx;
+  double slope = den > 0 ? (sw * sxy - sx * sy) / den : 0;
+  double intercept = (sy - slope * sx) / sw;
+  if (slope <= 0 || intercept < 0) {  // too few or too noisy points: bandwidth from the largest transfer
+    slope = points.back().second / std::max(points.back().first, 1.0);
+    intercept = std::max(0.0, intercept);
+  }
+  ChannelFit fit{intercept, 1.0 / slope, 0};
+  for (auto [x, y] : points)
+    fit.max_rel_error = std::max(fit.max_rel_error, std::abs(intercept + x * slope - y) / y);
+  fmt::print("fit: latency {:.1f} us, bandwidth {:.3f} GB/s (largest error over the sizes {:.1f}%)\n",
+             fit.latency_s * 1e6, fit.bandwidth_bytes_per_s / 1e9, 100 * fit.max_rel_error);
+  std::ofstream out(out_path);
+  out << fmt::format(
+      "# KV channel profile: tandem calibrate --channel --backend {} --workload {}\n"
+      "# measured on an idle pair of instances; transfers of 1 to {} blocks of {} bytes; fit error up to {:.1f}%\n"
+      "# use: disaggregation.channel.profile: {}\n"
+      "kind: {}\nbandwidth_gbs: {:.6g}\nlatency_us: {:.6g}\n",
+      backend, workload, most, int64_t(points.back().first / most), 100 * fit.max_rel_error, out_path, kind,
+      fit.bandwidth_bytes_per_s / 1e9, fit.latency_s * 1e6);
+  if (!out) throw std::runtime_error(fmt::format("calibrate --channel: cannot write {}", out_path));
+  fmt::print("wrote {}\n", out_path);
+  return 0;
+}
+
+}  // namespace tandem
