@@ -205,6 +205,14 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
                         "prefix_cache.evictions",
                         "kv_cache.mean_util",
                         "kv_cache.peak_util",
+                        "disaggregation.transfers.delivered",  // 1P1D: printed when either run has it
+                        "disaggregation.transfers.failed",
+                        "disaggregation.bytes",
+                        "disaggregation.transfer_ms.p50",
+                        "disaggregation.transfer_ms.p99",
+                        "disaggregation.transfer_ms.max",
+                        "disaggregation.ttft_after_transfer_ms.p50",
+                        "disaggregation.ttft_after_transfer_ms.p99",
                         "steps",
                         "makespan_s",
                         "sim_s",
@@ -225,7 +233,11 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
     std::cerr << "tandem compare: " << e.what() << "\n";
     return 2;
   }
-  fmt::print(os, "{:<34}{:>14}{:>14}{:>12}\n", "metric", "A", "B", "(B-A)/A");
+  // The metric column fits the longest key printed (34 unless a 1P1D key is).
+  size_t width = 34;
+  for (const auto& k : keys)
+    if (lookup(a, k) || lookup(b, k)) width = std::max(width, k.size() + 1);
+  fmt::print(os, "{:<{}}{:>14}{:>14}{:>12}\n", "metric", width, "A", "B", "(B-A)/A");
   for (const auto& k : keys) {
     const nlohmann::json* va = lookup(a, k);
     const nlohmann::json* vb = lookup(b, k);
@@ -236,7 +248,7 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
       rel = fmt::format("{:+.1f}%", 100.0 * (y - x) / std::fabs(x));
     else if (va && vb && x == 0 && y == 0)
       rel = "0.0%";
-    fmt::print(os, "{:<34}{:>14.4g}{:>14.4g}{:>12}\n", k, x, y, rel);
+    fmt::print(os, "{:<{}}{:>14.4g}{:>14.4g}{:>12}\n", k, width, x, y, rel);
   }
   return 0;
 }

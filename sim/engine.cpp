@@ -224,7 +224,9 @@ void Engine::on(const TransferDone& e) {
 // synchronous channel's end is an event at now + its time; an asynchronous one posts its own.
 void Engine::start_transfers() {
   for (const TransferOrder& o : handoff_->start_transfers(now_)) {
-    const KvTransfer t{o.ticket, o.id, o.num_tokens, o.src_blocks, o.dst_blocks, instances_[0]->inflight.elapsed, now_};
+    // Layer-wise overlap only with the step that finished this prompt, i.e. one that ended now.
+    const Duration last_step = handoff_->times(o.id).parked == now_ ? instances_[0]->inflight.elapsed : 0;
+    const KvTransfer t{o.ticket, o.id, o.num_tokens, o.src_blocks, o.dst_blocks, last_step, now_};
     TransferStart s;
     try {
       s = channel_->start(t);

@@ -25,7 +25,7 @@ struct KvTransfer {
   int32_t num_tokens = 0;               // prompt positions whose KV moves
   std::span<const int32_t> src_blocks;  // on the prefill instance
   std::span<const int32_t> dst_blocks;  // on the decode instance (reserved, not yet written)
-  Duration last_prefill_step = 0;       // the step that finished the prompt (layer-wise overlap)
+  Duration last_prefill_step = 0;       // the step that finished the prompt just now (layer-wise overlap); 0: none
   Time now = 0;                         // when it starts (the sim channel queues on its link)
 };
 
@@ -61,9 +61,8 @@ struct ChannelModel {
   int32_t block_size = 16;
   // Whole blocks move (a partly filled last block too), as a real channel moves them.
   int64_t bytes(int32_t num_tokens) const;
-  // The link's busy time for one transfer (bytes / bandwidth, less what a layer-wise transfer
-  // hides behind the last prefill step), and the latency on top.
-  Duration wire_time(int32_t num_tokens, Duration last_prefill_step) const;
+  // The link's busy time for one transfer: bytes / bandwidth.
+  Duration wire_time(int32_t num_tokens) const;
   Duration latency() const { return from_seconds(latency_s); }
 };
 

@@ -14,24 +14,26 @@ int64_t ChannelModel::bytes(int32_t num_tokens) const {
   return int64_t(std::llround(double(blocks) * block_size * bytes_per_token));
 }
 
-Duration ChannelModel::wire_time(int32_t num_tokens, Duration last_prefill_step) const {
-  const double wire = double(bytes(num_tokens)) / bandwidth_bytes_per_s;
-  double after_step = wire;
-  if (layerwise) {
-    // Every layer but the last leaves while the last prefill step still computes later layers:
-    // what remains after the step is the last layer's share, or the wire time the step could
-    // not hide, whichever is longer.
-    after_step = std::max(wire / std::max(layers, 1), wire - to_seconds(last_prefill_step));
-  }
-  return from_seconds(after_step);
+Duration ChannelModel::wire_time(int32_t num_tokens) const {
+  return from_seconds(double(bytes(num_tokens)) / bandwidth_bytes_per_s);
 }
 
+// FCFS on one link: a transfer goes on the wire when the link is free. Layer-wise, layer i's KV
+// could leave as soon as layer i of the prompt's last step was computed, so the transfer may
+// have been on the wire since (layers - 1) / layers of that step ago, if the link was free
+// then; its last layer's share leaves after the step. The link is charged for the whole wire
+// time either way, so the transfers after it wait for what it really used.
 TransferStart SimChannel::start(const KvTransfer& t) {
-  const Time on_wire = std::max(t.now, link_free_);
-  link_free_ = on_wire + m_.wire_time(t.num_tokens, t.last_prefill_step);
+  const Duration wire = m_.wire_time(t.num_tokens);
+  Time earliest = t.now;
+  if (m_.layerwise && t.last_prefill_step > 0)
+    earliest = t.now - t.last_prefill_step * (m_.layers - 1) / std::max(m_.layers, 1);
+  const Time on_wire = std::max(earliest, link_free_);
+  const Time off_wire = std::max(on_wire + wire, m_.layerwise ? t.now + wire / std::max(m_.layers, 1) : t.now);
+  link_free_ = off_wire;
   return {.async = false,
           .ok = true,
-          .elapsed = link_free_ - t.now + m_.latency(),
+          .elapsed = off_wire - t.now + m_.latency(),
           .bytes = m_.bytes(t.num_tokens),
           .error = {}};
 }
