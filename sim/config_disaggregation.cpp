@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
+
 #include "sim/config_sections.h"
 
 namespace tandem::config_detail {
@@ -109,6 +111,8 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
     if (c.has("secret_file")) {
       ch.secret_file = c["secret_file"].as_path();
       c["secret_file"].require_file(ch.secret_file);
+      if (std::filesystem::file_size(ch.secret_file) < 16)
+        c["secret_file"].fail("the shared secret must have at least 16 characters");
       if (ch.kind != "tcp") c["secret_file"].fail("a secret is for the tcp channel only");
     }
   }

@@ -65,10 +65,17 @@ std::span<const std::byte> as_bytes(const std::vector<uint8_t>& v) {
 // StepFinished in the inbox.
 class DecodeWorkerLink::RemoteExecutor final : public executor_i {
  public:
-  RemoteExecutor(TcpLink& link, std::string name) : link_(link), name_(std::move(name)) {}
+  RemoteExecutor(DecodeWorkerLink& owner, std::string name) : owner_(owner), name_(std::move(name)) {}
   StepResult execute(const StepPlan&) override { throw std::logic_error("RemoteExecutor: asynchronous only"); }
+  // A send that fails means the worker is gone: the run ends through the inbox, as when the
+  // reader sees the connection close (whichever comes first says so).
   void submit(const StepPlan& plan, int64_t step_index) override {
-    link_.send(MsgType::Step, encode_step(uint64_t(step_index), plan));
+    try {
+      owner_.link_->send(MsgType::Step, encode_step(uint64_t(step_index), plan));
+    } catch (const std::exception& e) {
+      owner_.post(PeerLost{fmt::format("the decode worker at {}: sending step {} failed: {}", owner_.peer_, step_index,
+                                       e.what())});
+    }
   }
   bool asynchronous() const override { return true; }
   bool remote() const override { return true; }
@@ -77,7 +84,7 @@ class DecodeWorkerLink::RemoteExecutor final : public executor_i {
   bool needs_tokens() const override { return true; }
 
  private:
-  TcpLink& link_;
+  DecodeWorkerLink& owner_;
   std::string name_;
 };
 
@@ -86,7 +93,7 @@ class DecodeWorkerLink::RemoteExecutor final : public executor_i {
 // and only the worker's answer says it was written (or not).
 class DecodeWorkerLink::TcpChannel final : public kv_channel_i {
  public:
-  TcpChannel(TcpLink& link, kv_store_i& from) : link_(link), from_(from) {}
+  TcpChannel(DecodeWorkerLink& owner, kv_store_i& from) : owner_(owner), from_(from) {}
   std::string name() const override { return "tcp"; }
   TransferStart start(const KvTransfer& t) override {
     KvPushMsg m;
@@ -100,13 +107,13 @@ class DecodeWorkerLink::TcpChannel final : public kv_channel_i {
       std::lock_guard lock(mu_);
       started_[t.ticket] = std::chrono::steady_clock::now();
     }
-    TransferStart s{.async = true, .ok = true, .elapsed = 0, .bytes = int64_t(m.payload.size()), .error = {}};
     try {
-      link_.send(m);
-    } catch (const std::exception& e) {  // the connection is gone: the reader reports the peer lost
-      s = {.async = false, .ok = false, .elapsed = 0, .bytes = 0, .error = e.what()};
+      owner_.link_->send(m);
+    } catch (const std::exception& e) {  // the worker is gone: the run ends (its answer will never come)
+      owner_.post(PeerLost{fmt::format("the decode worker at {}: sending transfer {} failed: {}", owner_.peer_,
+                                       t.ticket, e.what())});
     }
-    return s;
+    return {.async = true, .ok = true, .elapsed = 0, .bytes = int64_t(m.payload.size()), .error = {}};
   }
   bool abort(uint64_t) override { return false; }
   // The time from start() to the worker's answer, measured here.
@@ -120,7 +127,7 @@ class DecodeWorkerLink::TcpChannel final : public kv_channel_i {
   }
 
  private:
-  TcpLink& link_;
+  DecodeWorkerLink& owner_;
   kv_store_i& from_;
   std::mutex mu_;
   std::map<uint64_t, std::chrono::steady_clock::time_point> started_;
@@ -145,18 +152,25 @@ DecodeWorkerLink::DecodeWorkerLink(const Workload& w, const InstanceSpec& decode
           ch.peer));
   }
   peer_ = fmt::format("{}:{}", host, port);
-  link_ = TcpLink::connect(host, port, std::max(timeout_, milliseconds(5000)));
+  // A child listens before it says so; a peer may still be starting: retried up to the timeout.
+  link_ = TcpLink::connect(host, port, timeout_);
+  // A worker that stops reading blocks a send; no longer than the timeout.
+  link_->set_write_timeout(timeout_);
   if (!ch.secret_file.empty()) authenticate_as_client(*link_, read_secret(ch.secret_file), timeout_);
   // The worker builds the decode instance from its own engine section; nothing of the
   // disaggregation section (paths of this machine) goes over.
   Workload one = instance_workload(w, decode);
   one.disaggregation = DisaggregationSpec{};
   link_->send(HelloMsg{kProtocolVersion, to_yaml(one)});
-  // Building and warming up a large model takes a while: the first answer may be slow.
-  const Frame f = link_->receive(std::max(timeout_, milliseconds(600'000)));
+  // The worker answers once its model is built and warmed up: timeout_ms bounds that too (raise
+  // it for a large model).
+  const Frame f = link_->receive(timeout_);
   if (f.type == MsgType::Error)
     throw InputError(fmt::format("the decode worker at {} refused the decode instance: {}", peer_,
                                  decode_error(f.payload).message));
+  if (f.type == MsgType::Challenge)
+    throw InputError(fmt::format(
+        "the decode worker at {} asks for authentication: set disaggregation.channel.secret_file to its secret", peer_));
   if (f.type != MsgType::HelloOk)
     throw std::runtime_error(fmt::format("the decode worker at {} answered {} to Hello", peer_, msg_type_name(f.type)));
   const HelloOkMsg ok = decode_hello_ok(f.payload);
@@ -165,8 +179,8 @@ DecodeWorkerLink::DecodeWorkerLink(const Workload& w, const InstanceSpec& decode
         "the decode worker at {} holds {} KV blocks of {} bytes; this run expects {} blocks of {} bytes (same model, "
         "block size and tp on both sides)",
         peer_, ok.kv_blocks, ok.block_bytes, decode.engine.resolved_kv_blocks, prefill_kv->block_bytes()));
-  executor_ = std::make_unique<RemoteExecutor>(*link_, ok.backend + "@" + peer_);
-  channel_ = std::make_unique<TcpChannel>(*link_, *prefill_kv);
+  executor_ = std::make_unique<RemoteExecutor>(*this, ok.backend + "@" + peer_);
+  channel_ = std::make_unique<TcpChannel>(*this, *prefill_kv);
 }
 
 DecodeWorkerLink::~DecodeWorkerLink() { detach(); }
@@ -304,7 +318,10 @@ namespace {
 // One connection: Hello, then steps and KV pushes until Bye or the connection ends. A frame
 // that does not check ends the connection (the peer is not to be trusted), never the process.
 int serve(TcpLink& link, const std::string& backend, const std::string& secret, const ExecutorFactory* cuda) {
-  const milliseconds hello_timeout(60'000);
+  // One connection at a time: one that says nothing gives way soon. Until the Hello is in, no
+  // frame may be larger than a Hello can be.
+  const milliseconds hello_timeout(10'000);
+  link.set_max_payload(uint64_t{17} << 20);
   if (!secret.empty()) authenticate_as_server(link, secret, hello_timeout);
   Frame f = link.receive(hello_timeout);
   if (f.type != MsgType::Hello) throw WireError(fmt::format("expected Hello, got {}", msg_type_name(f.type)));
@@ -324,6 +341,7 @@ int serve(TcpLink& link, const std::string& backend, const std::string& secret, 
     return 2;
   }
   kv_store_i& kv = *exec->kv_store();
+  link.set_max_payload(kDefaultMaxPayload);
   link.send(HelloOkMsg{kv.num_blocks(), kv.block_bytes(), exec->name()});
   // Steps run on their own thread, one at a time in arrival order; KV pushes are written as they
   // arrive, beside a running step: the blocks a push fills belong to a request the scheduler
@@ -425,6 +443,9 @@ int worker_command(const std::vector<std::string>& args, const std::function<std
     throw InputError(fmt::format(
         "worker: --listen {}: listening off loopback needs --secret-file (a shared secret the client must prove)", host));
   const std::string backend = vm["backend"].as<std::string>();
+  if (backend != "cpu" && !(backend == "cuda" && cuda))
+    throw InputError(fmt::format("worker --backend {}: not available in this build (known: cpu{})", backend,
+                                 cuda ? ", cuda" : ""));
   if (backend == "cpu") cpu::set_threads(vm["threads"].as<int>());
   TcpListener listener(host, port);
   std::cout << fmt::format("tandem worker: listening on {}:{}", host, listener.port()) << std::endl;

@@ -55,7 +55,7 @@ class DecodeWorkerLink {
   class TcpChannel;
   void on_frame(transfer::Frame&& f);
   void on_close(const std::string& reason);
-  void post(Event e);
+  void post(Event e);  // into the inbox, if attached (thread-safe)
   void start_child(const std::string& backend, int threads);
 
   std::unique_ptr<transfer::TcpLink> link_;

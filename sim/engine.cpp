@@ -121,6 +121,7 @@ void Engine::add_instance_figures(Summary& s) const {
   d.aborted = c.aborted;
   d.stale = c.stale;
   d.cancelled_parked = c.cancelled_parked;
+  d.lost = handoff_->open_tickets();  // still open when a lost peer ended the run
   d.bytes = pd_.bytes;
   std::vector<double> transfer = pd_.transfer_ms, wait, after;
   for (const Request& r : requests_.requests) {
@@ -281,10 +282,13 @@ void Engine::check_deadlines() {
   for (const AsyncOp& op : async_ops_)
     if (t >= op.deadline) {
       now_ = std::max(now_, t);
-      on(PeerLost{op.instance >= 0 ? fmt::format("a step of instance {} got no answer from the decode worker in {} ms",
-                                                 op.instance, w_.disaggregation.channel.timeout_ms)
-                                   : fmt::format("transfer {} was not acknowledged by the decode worker in {} ms",
-                                                 op.ticket, w_.disaggregation.channel.timeout_ms)});
+      // The decode instance's executor is named backend@HOST:PORT when it is a worker.
+      const std::string who = instances_.back()->executor.name();
+      on(PeerLost{op.instance >= 0 ? fmt::format("a step of instance {} got no answer from {} in {} ms", op.instance,
+                                                 instances_[size_t(op.instance)]->executor.name(),
+                                                 w_.disaggregation.channel.timeout_ms)
+                                   : fmt::format("transfer {} was not acknowledged by {} in {} ms", op.ticket, who,
+                                                 w_.disaggregation.channel.timeout_ms)});
       return;
     }
 }
@@ -296,9 +300,10 @@ void Engine::on(const PeerLost& e) {
   run_error_ = e.reason;
   for (Request& r : requests_.requests) {
     if (!r.alive()) continue;
-    r.status = RequestStatus::Failed;
     r.fail_reason = e.fail;
-    r.finish = now_;
+    // One that had not arrived yet ends at its arrival (as a cancel before arrival does).
+    r.finish = r.status == RequestStatus::Pending ? r.arrival : now_;
+    r.status = RequestStatus::Failed;
     on_request_left(r);
   }
 }

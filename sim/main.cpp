@@ -107,6 +107,9 @@ struct RunOptions {
 // `tandem run`: the executor, the clock and the engine with its observers, wired for one run.
 int run_workload(Workload& w, const RunOptions& o) {
   if (o.backend == "cpu") cpu::set_threads(o.threads);
+  // Before a decode worker is started or reached: its steps run in real time.
+  if (o.clock == "virtual" && o.backend != "sim" && w.disaggregation.enabled && w.disaggregation.channel.kind == "tcp")
+    throw InputError("--clock virtual: the tcp channel's decode worker runs in real time; use the wall clock");
 #ifdef TANDEM_HAVE_CUDA
   const ExecutorFactory cuda_factory = cuda_executor_for;
   const ChannelFactory cuda_channels = cuda::make_cuda_channel;
@@ -119,8 +122,6 @@ int run_workload(Workload& w, const RunOptions& o) {
     throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
   if (clock_name == "wall" && run.simulated())
     throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");
-  if (clock_name == "virtual" && run.remote)
-    throw InputError("--clock virtual: the tcp channel's decode worker runs in real time; use the wall clock");
   std::unique_ptr<clock_i> clock;
   if (clock_name == "wall")
     clock = std::make_unique<WallClock>();

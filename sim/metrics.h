@@ -64,6 +64,7 @@ struct DisaggregationFigures {
   bool enabled = false;
   std::string channel;
   int64_t started = 0, delivered = 0, failed = 0, aborted = 0, stale = 0, cancelled_parked = 0;
+  int64_t lost = 0;  // in flight when the run ended early (a lost decode worker): started = the rest + lost
   int64_t bytes = 0;
   Percentiles transfer_ms;             // start -> end, per ended transfer (delivered or failed)
   Percentiles handoff_wait_ms;         // first token -> transfer start (waiting for a seat on D)

@@ -89,6 +89,7 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
                                           {"failed", d.failed},
                                           {"aborted", d.aborted},
                                           {"stale_completions", d.stale},
+                                          {"in_flight_at_failure", d.lost},
                                           {"cancelled_before_transfer", d.cancelled_parked}}},
                            {"bytes", d.bytes},
                            {"transfer_ms", pct_json(d.transfer_ms)},

@@ -6,7 +6,8 @@ tandem=$1
 src=$2
 cuda_build=${3:-nocuda}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+bg_pids=()  # background processes a case started (workers, fake peers): ended at exit
+trap 'for p in "${bg_pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 fails=0
 passes=0
 
@@ -23,6 +24,7 @@ limit=$((60 * scale))
 times=$tmp/case-times.txt  # seconds and command of every case, for the slowest-ten listing
 
 # expect STATUS PATTERN -- ARGS...: run tandem, check exit status and that stderr+stdout match PATTERN.
+# STATUS may list alternatives: 1|2.
 expect() {
   local want=$1 pattern=$2
   shift 3
@@ -31,7 +33,7 @@ expect() {
   rc=$?
   local cmd=$*
   printf '%s  %s\n' "$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%8.2f", b - a }')" "${cmd//$'\n'/\\n}" >>"$times"
-  if [ "$rc" != "$want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
+  if ! [[ $rc =~ ^($want)$ ]] || ! grep -qE -- "$pattern" <<<"$out"; then
     echo "FAIL: tandem $* -> exit $rc (want $want), output:"
     echo "$out" | head -5 | sed 's/^/    /'
     echo "    (wanted /$pattern/)"
@@ -346,6 +348,263 @@ expect 0 "prefix cache: off \\(the model has per-sequence state" -- run "$q" --s
 expect 0 "# prefix caching off: the model has per-sequence state" -- validate "$q" --set engine.state_slots=4
 expect 0 "prefix bound .*% of the prompt tokens of the [0-9]+ requests the run can serve .* over all [0-9]+ requests with a prompt \\([0-9]+ fail at arrival\\)" -- \
   validate "$src/workloads/stage3_shared_prefix.yaml" --prefix-bound
+
+# Stage 4: prefill/decode separation. Bad input is refused naming the field; 1P1D over tcp (a
+# child worker, and a standalone one behind a secret) gives the colocated run's tokens; a worker
+# that dies or goes silent ends the run (exit 1) in bounded time with every request ended and
+# the files written; a worker outlives garbage and wrong secrets and serves the next run.
+s4=$tmp/stage4
+mkdir -p "$s4"
+g=$src/workloads/golden_prefix.yaml
+long=$src/workloads/cpu_mixed_long_short.yaml  # 30 s of arrivals: a run to break in the middle
+cpu1=(--backend cpu --threads 1)                # one thread each: a run and its worker share the cores
+pd=(--set disaggregation.enabled=true --set disaggregation.channel.kind=tcp)
+printf 'stage4-cli-secret-0123456789\n' >"$s4/secret"
+printf 'not-the-secret-but-long-enough\n' >"$s4/wrong.secret"
+printf 'too-short\n' >"$s4/short.secret"
+# 1. Bad input: exit 2 naming the field.
+expect 2 "field 'disaggregation.channel.kind': unknown channel 'rdma' \\(known: sim, copy, tcp, nccl\\)" -- \
+  validate "$q" --set disaggregation.channel.kind=rdma
+for peer in localhost h:0 h:99999 :80; do
+  expect 2 "field 'disaggregation.channel.peer': '$peer' is not HOST:PORT \\(port 1-65535\\)" -- \
+    validate "$q" --set disaggregation.channel.kind=tcp --set "disaggregation.channel.peer=$peer"
+done
+expect 2 "disagg_peer.yaml:6:30: field 'disaggregation.channel.peer': 'worker-host:99999' is not HOST:PORT" -- \
+  validate "$bad/disagg_peer.yaml"
+expect 2 "field 'disaggregation.channel.peer': a peer is for the tcp channel only" -- \
+  validate "$q" --set disaggregation.channel.kind=copy --set disaggregation.channel.peer=h:80
+expect 2 "field 'disaggregation.channel.secret_file': .*nope.secret: cannot open file" -- \
+  validate "$q" --set disaggregation.channel.kind=tcp --set "disaggregation.channel.secret_file=$s4/nope.secret"
+expect 2 "field 'disaggregation.enabled': prefill/decode separation needs continuous batching" -- \
+  validate "$q" --set disaggregation.enabled=true --set engine.policy=static
+expect 2 "field 'engine.data_parallel': data_parallel replicas and disaggregation .* are exclusive" -- \
+  validate "$q" --set disaggregation.enabled=true --set engine.data_parallel=2
+expect 2 "field 'disaggregation.prefill.foo': unknown field" -- validate "$q" --set disaggregation.prefill.foo=1
+expect 2 "field 'disaggregation.channel.foo': unknown field" -- validate "$q" --set disaggregation.channel.foo=1
+expect 2 "disaggregation.channel.kind: sim only prices a transfer and moves no KV, so --backend cpu" -- \
+  run "$g" "${cpu1[@]}" --set disaggregation.enabled=true --set disaggregation.channel.kind=sim
+expect 2 "--clock virtual: the tcp channel's decode worker runs in real time" -- run "$g" "${cpu1[@]}" --clock virtual "${pd[@]}"
+expect 2 "worker: --listen 0.0.0.0: listening off loopback needs --secret-file" -- worker --listen 0.0.0.0:0
+expect 2 "worker: --listen HOST:PORT is required" -- worker
+expect 2 "short.secret: the shared secret must have at least 16 characters" -- \
+  worker --listen 127.0.0.1:0 --secret-file "$s4/short.secret"
+
+# Helpers. since T0: seconds from EPOCHREALTIME T0 to now.
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'; }
+# timed NAME CMD...: check, with the case's time in the slowest-cases listing.
+timed() {
+  local t0=$EPOCHREALTIME
+  check "$@"
+  printf '%8.2f  %s\n' "$(since "$t0")" "$1" >>"$times"
+}
+# listening_port FILE: the number that ends FILE's first line, once the line is complete (a
+# worker's "tandem worker: listening on 127.0.0.1:PORT", a fake peer's bare port).
+listening_port() {
+  local i
+  for ((i = 0; i < 100 * scale; i++)); do
+    if [ -s "$1" ] && [ "$(wc -l <"$1")" -ge 1 ]; then head -1 "$1" | grep -oE '[0-9]+$'; return; fi
+    sleep 0.1
+  done
+  echo "FAIL: nothing listening after $((10 * scale)) s: $1" >&2
+}
+# start_worker NAME ARGS...: a standalone worker on 127.0.0.1:0; sets wpid and wport.
+start_worker() {
+  local name=$1
+  shift
+  "$tandem" worker --listen 127.0.0.1:0 --threads 1 "$@" >"$s4/$name.out" 2>"$s4/$name.err" &
+  wpid=$!
+  bg_pids+=("$wpid")
+  wport=$(listening_port "$s4/$name.out")
+}
+# start_peer NAME MODE ARGS...: tests/data/fake_peer.py in the background; sets ppid_ and pport.
+start_peer() {
+  local name=$1
+  shift
+  python3 "$src/tests/data/fake_peer.py" "$@" >"$s4/$name.out" 2>"$s4/$name.err" &
+  ppid_=$!
+  bg_pids+=("$ppid_")
+  pport=$(listening_port "$s4/$name.out")
+}
+# stop PID: end a background process this script started (if still running), reap it, and
+# drop it from the exit trap's list (a reaped id may be reused).
+# (Not yet reaped, a process that ended keeps its id: the kill cannot reach another one.)
+stop() {
+  kill -9 "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
+  forget "$1"
+}
+forget() {  # forget PID: one already reaped
+  local p keep=()
+  for p in "${bg_pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  bg_pids=("${keep[@]}")
+}
+# same_tokens A B: every request of run A finished in run B with the same output tokens (columns
+# found by name: B has the transfer columns); prints "same of total".
+same_tokens() {
+  awk -F, 'FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    NR == FNR { n++; if ($c["status"] == "finished") a[$c["id"]] = $c["output_tokens"]; next }
+    $c["status"] == "finished" && $c["output_tokens"] != "" && ($c["id"] in a) && a[$c["id"]] == $c["output_tokens"] { same++ }
+    END { printf "%d of %d", same, n; exit !(n > 0 && same == n) }' "$1/requests.csv" "$2/requests.csv"
+}
+json_int() { grep -oE "\"$2\": *[0-9]+" "$1" | head -1 | grep -oE '[0-9]+$'; }
+# golden_pd DIR: DIR's tokens are the colocated run's, and every request that decodes past its
+# first token (max_output > 1) was handed over: summary.json's transfers.delivered.
+golden_pd() {
+  local same want got
+  same=$(same_tokens "$s4/colo" "$1") || { echo "    $1: output tokens as colocated for $same requests"; return 1; }
+  want=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["max_output"] > 1 { n++ } END { print n + 0 }' "$1/requests.csv")
+  got=$(json_int "$1/summary.json" delivered)
+  echo "    $1: tokens as colocated for $same requests; $got transfers delivered, $want requests with max_output > 1"
+  [ "$want" -gt 0 ] && [ "$got" = "$want" ]
+}
+# ended DIR REASON ROWS: requests.csv has every request (ROWS rows) and each one ended: finished,
+# cancelled or failed with a reason and a finish time; at least one failed with REASON.
+ended() {
+  awk -F, -v want="$2" -v rows="$3" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { n++; s = $c["status"] }
+    s != "finished" && s != "cancelled" && s != "failed" { print "    row " n ": status " s; bad = 1 }
+    $c["finish_s"] == "" { print "    row " n ": no finish_s"; bad = 1 }
+    s == "failed" && $c["fail_reason"] == "" { print "    row " n ": failed without a reason"; bad = 1 }
+    $c["fail_reason"] == want { lost++ }
+    END { printf "    %s: %d rows, %d failed with %s\n", FILENAME, n, lost, want; exit bad || n != rows || lost == 0 }' "$1/requests.csv"
+}
+
+# 2. Golden over tcp: the decode instance in a second process gives the colocated tokens.
+expect 0 "" -- run "$g" "${cpu1[@]}" --clock wall --out "$s4/colo" --quiet --trace none
+expect 0 "" -- run "$g" "${cpu1[@]}" --clock wall "${pd[@]}" --out "$s4/child" --quiet --trace none
+timed "1P1D over tcp, child worker: output tokens as colocated, a transfer per request" golden_pd "$s4/child"
+# ... against a standalone worker behind a secret, which a wrong secret, a client without one
+# and garbage before authentication do not bring down.
+start_worker auth --secret-file "$s4/secret"
+peer=(--set "disaggregation.channel.peer=127.0.0.1:$wport")
+expect "1|2" "authentication failed" -- run "$g" "${cpu1[@]}" "${pd[@]}" "${peer[@]}" \
+  --set "disaggregation.channel.secret_file=$s4/wrong.secret" --quiet
+expect "1|2" "127.0.0.1:$wport" -- run "$g" "${cpu1[@]}" "${pd[@]}" "${peer[@]}" --quiet
+if command -v python3 >/dev/null; then
+  check "garbage to a worker with a secret: the sender ran" python3 "$src/tests/data/fake_peer.py" garbage "$wport"
+fi
+check "the worker outlives a wrong secret, a client without one and garbage" kill -0 "$wpid"
+expect 0 "" -- run "$g" "${cpu1[@]}" "${pd[@]}" "${peer[@]}" --set "disaggregation.channel.secret_file=$s4/secret" \
+  --out "$s4/auth" --quiet --trace none
+timed "1P1D over tcp, standalone worker with a secret: output tokens as colocated" golden_pd "$s4/auth"
+check "the worker logged the refused connections (wrong proof, no proof, garbage)" \
+  bash -c "grep -q 'proof does not match the shared secret' '$s4/auth.err' && grep -q 'expected Proof' '$s4/auth.err' &&
+           { ! command -v python3 >/dev/null || [ \$(grep -c 'authentication failed: corrupt frame' '$s4/auth.err') = 4 ]; }"
+stop "$wpid"
+
+# 3. The worker killed mid-run: the run ends at once with exit 1 naming the worker, every
+# request ended (those alive: decode_worker_lost), the files written.
+kill_mid_run() {
+  start_worker kill
+  local t0=$EPOCHREALTIME rpid rc i tk dt
+  timeout "$limit" "$tandem" run "$long" "${cpu1[@]}" "${pd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$wport" \
+    --out "$s4/kill" --quiet --trace none >"$s4/kill.run.out" 2>"$s4/kill.run.err" &
+  rpid=$!
+  bg_pids+=("$rpid")
+  # One second into the run proper: after the run side has connected.
+  for ((i = 0; i < 100 * scale; i++)); do
+    if ! command -v ss >/dev/null || ss -tnH state established "( dport = :$wport )" | grep -q .; then break; fi
+    sleep 0.1
+  done
+  sleep 1
+  kill -9 "$wpid"
+  tk=$EPOCHREALTIME
+  wait "$rpid" 2>/dev/null  # (and no "Killed" notice for the worker)
+  rc=$?
+  dt=$(since "$tk")
+  forget "$rpid"
+  stop "$wpid"
+  echo "    worker killed $(awk -v a="$t0" -v b="$tk" 'BEGIN { printf "%.2f", b - a }') s after the run started; the run ended $dt s later, exit $rc"
+  [ "$rc" = 1 ] || { sed 's/^/    /' "$s4/kill.run.err" | head -5; return 1; }
+  awk -v d="$dt" -v l="$((20 * scale))" 'BEGIN { exit !(d < l) }' || { echo "    over the $((20 * scale)) s bound"; return 1; }
+  grep -q "decode worker at 127.0.0.1:$wport" "$s4/kill.run.err" || { echo "    stderr does not name 127.0.0.1:$wport:"; sed 's/^/    /' "$s4/kill.run.err"; return 1; }
+  ended "$s4/kill" decode_worker_lost 240 && [ -s "$s4/kill/summary.json" ]
+}
+timed "worker killed mid-run: exit 1 within $((20 * scale)) s naming it, every request ended, files written" kill_mid_run
+
+if command -v python3 >/dev/null; then
+  # 4. A silent worker: timeout_ms bounds the wait, at the hello (with a secret and without),
+  # right after it and in the middle of a run. Each run is cut at its bound, so that a hang
+  # fails here in seconds.
+  silent_peer() {  # SECRET_FILE or none
+    local sec=() t0=$EPOCHREALTIME rc dt bound=$((10 * scale))
+    [ "$1" != none ] && sec=(--set "disaggregation.channel.secret_file=$1")
+    start_peer silent silent
+    timeout "$bound" "$tandem" run "$g" "${cpu1[@]}" "${pd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$pport" \
+      --set disaggregation.channel.timeout_ms=1500 "${sec[@]}" --quiet >"$s4/silent.run.out" 2>&1
+    rc=$?
+    dt=$(since "$t0")
+    stop "$ppid_"
+    echo "    silent peer, secret $1: exit $rc after $dt s (cut at $bound s): $(grep 'tandem: run failed' "$s4/silent.run.out")"
+    [ "$rc" = 1 ] || [ "$rc" = 2 ]
+  }
+  timed "silent peer at the hello, timeout_ms 1500, with a secret: the run ends within seconds" silent_peer "$s4/secret"
+  timed "silent peer at the hello, timeout_ms 1500, no secret: the run ends within seconds" silent_peer none
+  # silent_relay NAME FRAMES SET...: a real worker behind a relay that goes silent after the
+  # worker's first FRAMES frames and stops reading (its window is small: the run's writes block
+  # as they would on a hung worker's full socket). The run (cpu_mixed_long_short, 40 requests)
+  # must end with exit 1 within the bound, every request ended, the alive ones decode_worker_lost.
+  silent_relay() {
+    local name=$1 frames=$2 t0 rc dt bound=$((10 * scale))
+    shift 2
+    start_worker "$name-worker"
+    start_peer "$name" relay "$wport" "$frames"
+    t0=$EPOCHREALTIME
+    timeout "$bound" "$tandem" run "$long" "${cpu1[@]}" "${pd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$pport" \
+      --set disaggregation.channel.timeout_ms=1500 --set requests.count=40 "$@" --out "$s4/$name" --quiet --trace none \
+      >"$s4/$name.run.out" 2>&1
+    rc=$?
+    dt=$(since "$t0")
+    stop "$ppid_"
+    stop "$wpid"
+    echo "    worker silent after $frames frame(s): exit $rc after $dt s (cut at $bound s): $(grep 'tandem: run failed' "$s4/$name.run.out")"
+    [ "$rc" = 1 ] && ended "$s4/$name" decode_worker_lost 40
+  }
+  # Right after its HelloOk, with 1000-token prompts (4 MB of KV each): the first push cannot
+  # be written.
+  timed "worker silent after its HelloOk, timeout_ms 1500: exit 1 within seconds, every request ended" \
+    silent_relay hushed 1 --set requests.prompt_len=1000
+  timed "worker silent mid-run (after 40 frames), timeout_ms 1500: exit 1 within seconds, every request ended" \
+    silent_relay frozen 40
+
+  # 5. Garbage to a worker without a secret (each frame taken as a Hello): random bytes, a bad
+  # checksum, a huge length, an unknown type, a cut header. It stays up and serves a real run.
+  start_worker garbage
+  check "garbage to a worker: the sender ran" python3 "$src/tests/data/fake_peer.py" garbage "$wport"
+  check "the worker refused each garbage connection and stayed up" \
+    bash -c "kill -0 $wpid && grep -q 'frame.magic' '$s4/garbage.err' && grep -q 'frame.checksum: mismatch' '$s4/garbage.err' &&
+             grep -q 'frame.payload_len' '$s4/garbage.err' && grep -q 'frame.type' '$s4/garbage.err'"
+  expect 0 "" -- run "$g" "${cpu1[@]}" "${pd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$wport" \
+    --out "$s4/garbage" --quiet --trace none
+  timed "after garbage the worker serves a run: output tokens as colocated" golden_pd "$s4/garbage"
+  stop "$wpid"
+fi
+
+# 6. 1P1D in simulation: one transfer per request that decodes, the section printed only when
+# enabled, the resolved workload re-runs to the byte; data_parallel runs two instances.
+expect 0 "disaggregation \\(sim channel\\): [0-9]+ transfers started, [0-9]+ delivered, 0 failed" -- \
+  run "$q" --set disaggregation.enabled=true --out "$s4/sim" --trace none
+sim_transfers() {
+  local want got
+  want=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["status"] == "finished" && $c["output_len"] > 1 { n++ } END { print n + 0 }' "$s4/sim/requests.csv")
+  got=$(json_int "$s4/sim/summary.json" delivered)
+  echo "    sim 1P1D: $got transfers delivered, $want finished requests with output_len > 1"
+  [ "$want" -gt 0 ] && [ "$got" = "$want" ] && head -1 "$s4/sim/requests.csv" | grep -q ',transfer_start_s,transfer_end_s,transfer_ms,transfer_bytes,output_tokens$'
+}
+check "sim 1P1D: summary.json transfers.delivered = finished requests with output_len > 1" sim_transfers
+check "no disaggregation in summary.json when it is off" bash -c "! grep -q '\"disaggregation\"' '$tmp/a/summary.json'"
+"$tandem" validate "$q" >"$s4/off.yaml" 2>&1
+"$tandem" validate "$src/workloads/stage4_pd.yaml" >"$s4/off2.yaml" 2>&1
+"$tandem" validate "$q" --set disaggregation.enabled=true >"$s4/pd.yaml" 2>&1
+check "validate prints the disaggregation section only when it is enabled" \
+  bash -c "! grep -q '^disaggregation:' '$s4/off.yaml' && ! grep -q '^disaggregation:' '$s4/off2.yaml' &&
+           grep -q '^disaggregation:' '$s4/pd.yaml' && grep -q '^    kind: copy' '$s4/pd.yaml'"
+expect 0 "" -- run "$s4/pd.yaml" --out "$s4/sim-resolved" --trace none --quiet
+check "the resolved 1P1D workload re-runs with a byte-identical requests.csv" cmp -s "$s4/sim/requests.csv" "$s4/sim-resolved/requests.csv"
+expect 0 "instance 0 \\(prefill\\)" -- run "$q" --set disaggregation.enabled=true --set requests.count=50
+expect 0 "instance 1 \\(colocated\\): [0-9]+ steps" -- run "$q" --set engine.data_parallel=2 --set requests.count=50
+check "data_parallel 2 prints two instances" \
+  bash -c "'$tandem' run '$q' --set engine.data_parallel=2 --set requests.count=50 | grep -c '^instance [0-9] (colocated)' | grep -qx 2"
 
 echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
 sort -rn "$times" | head -${CLI_SLOWEST:-10} | cut -c1-160
