@@ -174,6 +174,7 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
       "budget", po::value<double>()->default_value(110), "grid: seconds it may take (fewer repetitions if needed)")(
       "quick", po::bool_switch(), "grid: a smaller grid")(
       "channel", po::bool_switch(), "the workload's prefill/decode KV channel: latency and bandwidth (--workload W.yaml)")(
+      "from-run", po::value<std::string>(), "with --channel: fit on a served run's transfers (its --out folder)")(
       "help,h", po::bool_switch(), "this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
@@ -183,6 +184,7 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
         << "usage: tandem calibrate --backend cpu|cuda --model PRESET [--workload W.yaml ...] --out PROFILE.yaml\n"
            "       tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml\n"
            "       tandem calibrate --channel --backend cpu|cuda --workload W.yaml --out CHANNEL.yaml [--reps N]\n"
+           "       tandem calibrate --channel --from-run RUN_DIR --out CHANNEL.yaml\n"
         << opts;
     return 0;
   }
@@ -194,6 +196,12 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
     throw InputError(fmt::format("calibrate --backend {}: not available in this build (known: {})", backend, known));
   }
   const bool grid = vm.count("model") > 0;
+  if (vm["channel"].as<bool>() && vm.count("from-run")) {
+    if (grid || vm.count("workload") || !vm.count("out"))
+      throw InputError("calibrate --channel --from-run RUN_DIR: give --out CHANNEL.yaml (and no --workload or --model)");
+    return calibrate_channel_from_run(vm["from-run"].as<std::string>(), vm["out"].as<std::string>());
+  }
+  if (vm.count("from-run")) throw InputError("calibrate: --from-run goes with --channel");
   if (vm["channel"].as<bool>()) {
     if (grid || !vm.count("workload") || vm["workload"].as<std::vector<std::string>>().size() != 1 || !vm.count("out"))
       throw InputError("calibrate --channel: give one --workload W.yaml (its disaggregation.channel) and --out CHANNEL.yaml");

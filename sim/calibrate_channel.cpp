@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "sim/csv.h"
 #include "sim/inbox.h"
 #include "sim/workload_gen.h"
 
@@ -34,6 +35,45 @@ Duration one_transfer(kv_channel_i& ch, Inbox& inbox, const KvTransfer& t) {
     if (got == -2) throw std::runtime_error("calibrate --channel: the worker refused a transfer");
     if (got >= 0) return got;
   }
+}
+
+int write_channel_profile(const std::vector<std::pair<double, double>>& points, const std::string& kind,
+                          const std::string& source, const std::string& out_path) {
+  // Least squares in relative terms (each point weighted by 1 / time^2), so that the small
+  // transfers count as much as the large ones: seconds = a + bytes / bandwidth.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto [x, y] : points) {
+    const double wt = 1.0 / (y * y);
+    sw += wt;
+    sx += wt * x;
+    sy += wt * y;
+    sxx += wt * x * x;
+    sxy += wt * x * y;
+  }
+  const double den = sw * sxx - sx * sx;
+  double slope = den > 0 ? (sw * sxy - sx * sy) / den : 0;
+  double intercept = (sy - slope * sx) / sw;
+  if (slope <= 0 || intercept < 0) {  // too few or too noisy points: bandwidth from the largest transfer
+    slope = points.back().second / std::max(points.back().first, 1.0);
+    intercept = std::max(0.0, intercept);
+  }
+  ChannelFit fit{intercept, 1.0 / slope, 0};
+  for (auto [x, y] : points)
+    fit.max_rel_error = std::max(fit.max_rel_error, std::abs(intercept + x * slope - y) / y);
+  fmt::print("fit: latency {:.1f} us, bandwidth {:.3f} GB/s (largest error over the sizes {:.1f}%)\n",
+             fit.latency_s * 1e6, fit.bandwidth_bytes_per_s / 1e9, 100 * fit.max_rel_error);
+  std::ofstream out(out_path);
+  out << fmt::format(
+      "# KV channel profile: {}\n"
+      "# {} sizes from {} to {} bytes; fit error up to {:.1f}%\n"
+      "# use: disaggregation.channel.profile: {}\n"
+      "kind: {}\nbandwidth_gbs: {:.6g}\nlatency_us: {:.6g}\n",
+      source, points.size(), int64_t(points.front().first), int64_t(points.back().first), 100 * fit.max_rel_error,
+      out_path, kind,
+      fit.bandwidth_bytes_per_s / 1e9, fit.latency_s * 1e6);
+  if (!out) throw std::runtime_error(fmt::format("calibrate --channel: cannot write {}", out_path));
+  fmt::print("wrote {}\n", out_path);
+  return 0;
 }
 
 }  // namespace
@@ -79,40 +119,51 @@ int calibrate_channel(const std::string& workload, const std::string& backend, c
     if (n == most) break;
   }
   if (run.remote) run.remote->detach();
-  // Least squares in relative terms (each point weighted by 1 / time^2), so that the small
-  // transfers count as much as the large ones: seconds = a + bytes / bandwidth.
-  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (auto [x, y] : points) {
-    const double wt = 1.0 / (y * y);
-    sw += wt;
-    sx += wt * x;
-    sy += wt * y;
-    sxx += wt * x * x;
-    sxy += wt * x * y;
+  return write_channel_profile(points, kind,
+                               fmt::format("tandem calibrate --channel --backend {} --workload {}; measured on an idle "
+                                           "pair of instances, transfers of 1 to {} blocks",
+                                           backend, workload, most),
+                               out_path);
+}
+
+int calibrate_channel_from_run(const std::string& run_dir, const std::string& out_path) {
+  // The transfers of a measured run (requests.csv): those that found the link idle (started
+  // after the one before had ended), so that the fit learns a transfer's own time under the
+  // run's load, and the simulator adds the queueing itself.
+  CsvFile csv(run_dir + "/requests.csv");
+  const size_t start = csv.column_index("transfer_start_s"), end = csv.column_index("transfer_end_s"),
+               bytes = csv.column_index("transfer_bytes");
+  if (start == CsvFile::npos || end == CsvFile::npos || bytes == CsvFile::npos)
+    throw InputError(fmt::format("{}/requests.csv: no transfer columns (a run with disaggregation enabled?)", run_dir));
+  struct T {
+    double start, end, bytes;
+  };
+  std::vector<T> all;
+  std::vector<std::string> row;
+  while (csv.next(row))
+    if (!row[start].empty() && !row[end].empty())
+      all.push_back({csv.number(row, start, 0, 1e12), csv.number(row, end, 0, 1e12), csv.number(row, bytes, 0, 1e15)});
+  std::sort(all.begin(), all.end(), [](const T& a, const T& b) { return a.start < b.start; });
+  std::vector<std::pair<double, double>> points;
+  double busy_until = -1;
+  for (const T& t : all) {
+    if (t.start >= busy_until && t.end > t.start && t.bytes > 0) points.push_back({t.bytes, t.end - t.start});
+    busy_until = std::max(busy_until, t.end);
   }
-  const double den = sw * sxx - sx * sx;
-  double slope = den > 0 ? (sw * sxy - sx * sy) / den : 0;
-  double intercept = (sy - slope * sx) / sw;
-  if (slope <= 0 || intercept < 0) {  // too few or too noisy points: bandwidth from the largest transfer
-    slope = points.back().second / std::max(points.back().first, 1.0);
-    intercept = std::max(0.0, intercept);
-  }
-  ChannelFit fit{intercept, 1.0 / slope, 0};
-  for (auto [x, y] : points)
-    fit.max_rel_error = std::max(fit.max_rel_error, std::abs(intercept + x * slope - y) / y);
-  fmt::print("fit: latency {:.1f} us, bandwidth {:.3f} GB/s (largest error over the sizes {:.1f}%)\n",
-             fit.latency_s * 1e6, fit.bandwidth_bytes_per_s / 1e9, 100 * fit.max_rel_error);
-  std::ofstream out(out_path);
-  out << fmt::format(
-      "# KV channel profile: tandem calibrate --channel --backend {} --workload {}\n"
-      "# measured on an idle pair of instances; transfers of 1 to {} blocks of {} bytes; fit error up to {:.1f}%\n"
-      "# use: disaggregation.channel.profile: {}\n"
-      "kind: {}\nbandwidth_gbs: {:.6g}\nlatency_us: {:.6g}\n",
-      backend, workload, most, int64_t(points.back().first / most), 100 * fit.max_rel_error, out_path, kind,
-      fit.bandwidth_bytes_per_s / 1e9, fit.latency_s * 1e6);
-  if (!out) throw std::runtime_error(fmt::format("calibrate --channel: cannot write {}", out_path));
-  fmt::print("wrote {}\n", out_path);
-  return 0;
+  if (points.size() < 3)
+    throw InputError(fmt::format("{}/requests.csv: {} transfers found the link idle; at least 3 are needed", run_dir,
+                                 points.size()));
+  std::sort(points.begin(), points.end());
+  fmt::print("calibrate --channel --from-run: {} of {} transfers found the link idle\n", points.size(), all.size());
+  std::ifstream in(run_dir + "/workload.resolved.yaml");
+  std::string kind = "measured";
+  for (std::string line; std::getline(in, line);)
+    if (const size_t k = line.find("kind: "); k != std::string::npos) kind = line.substr(k + 6);
+  return write_channel_profile(points, kind,
+                               fmt::format("tandem calibrate --channel --from-run {}; {} transfers of a served run that "
+                                           "found the link idle",
+                                           run_dir, points.size()),
+                               out_path);
 }
 
 }  // namespace tandem

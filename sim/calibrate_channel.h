@@ -15,6 +15,11 @@ struct ChannelFit {
   double max_rel_error = 0;  // of the fit over the measured sizes (medians)
 };
 
+// From a served run's transfers (requests.csv of a run with disaggregation): the ones that
+// found the link idle, fitted the same way. Learns the channel under the run's own load (CPU
+// contention, the other process's steps), as `calibrate --workload` learns step costs.
+int calibrate_channel_from_run(const std::string& run_dir, const std::string& out_path);
+
 int calibrate_channel(const std::string& workload, const std::string& backend, const ExecutorFactory* cuda, int threads,
                       int reps, const std::string& out_path);
 

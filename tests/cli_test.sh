@@ -592,6 +592,17 @@ sim_transfers() {
   [ "$want" -gt 0 ] && [ "$got" = "$want" ] && head -1 "$s4/sim/requests.csv" | grep -q ',transfer_start_s,transfer_end_s,transfer_ms,transfer_bytes,output_tokens$'
 }
 check "sim 1P1D: summary.json transfers.delivered = finished requests with output_len > 1" sim_transfers
+# calibrate --channel --from-run learns a channel from a run's transfers: on a simulated run it
+# must give back the channel that priced them (3 GB/s, 150 us), queueing left out.
+expect 0 "" -- run "$q" --set disaggregation.enabled=true --set disaggregation.channel.bandwidth_gbs=3 \
+  --set disaggregation.channel.latency_us=150 --out "$s4/sim3" --quiet --trace none
+expect 0 "fit: latency 150.0 us, bandwidth 3.000 GB/s" -- calibrate --channel --from-run "$s4/sim3" --out "$s4/ch3.yaml"
+expect 0 "" -- run "$q" --set disaggregation.enabled=true --set "disaggregation.channel.profile=$s4/ch3.yaml" \
+  --out "$s4/sim3b" --quiet --trace none
+check "a run priced with the fitted profile moves the same transfers in the same times" \
+  cmp "$s4/sim3/requests.csv" "$s4/sim3b/requests.csv"
+expect 2 "give a channel profile or bandwidth_gbs/latency_us, not both" -- run "$q" --set disaggregation.enabled=true \
+  --set "disaggregation.channel.profile=$s4/ch3.yaml" --set disaggregation.channel.bandwidth_gbs=3
 check "no disaggregation in summary.json when it is off" bash -c "! grep -q '\"disaggregation\"' '$tmp/a/summary.json'"
 "$tandem" validate "$q" >"$s4/off.yaml" 2>&1
 "$tandem" validate "$src/workloads/stage4_pd.yaml" >"$s4/off2.yaml" 2>&1
