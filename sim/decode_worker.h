@@ -48,7 +48,6 @@ class DecodeWorkerLink {
   // ends the child. Idempotent.
   void detach();
   std::string peer() const { return peer_; }
-  pid_t child() const { return child_; }
 
  private:
   class RemoteExecutor;
