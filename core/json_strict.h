@@ -36,4 +36,18 @@ inline nlohmann::json parse_json_strict(std::string_view text) {
   return nlohmann::json::parse(text, cb);
 }
 
+// The node at a dotted path ("ttft_ms.p99") of nested objects; nullptr where a part is absent.
+inline const nlohmann::json* json_at_path(const nlohmann::json& j, std::string_view dotted) {
+  const nlohmann::json* cur = &j;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = dotted.find('.', start);
+    const std::string key(dotted.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (!cur->is_object() || !cur->contains(key)) return nullptr;
+    cur = &(*cur)[key];
+    if (dot == std::string_view::npos) return cur;
+    start = dot + 1;
+  }
+}
+
 }  // namespace tandem

@@ -21,7 +21,7 @@ namespace tandem {
 
 namespace {
 // The node at a dotted path, whatever its type; nullptr where absent.
-const nlohmann::json* lookup(const nlohmann::json& j, const std::string& dotted);
+const nlohmann::json* lookup(const nlohmann::json& j, const std::string& dotted) { return json_at_path(j, dotted); }
 
 nlohmann::json load_summary(const std::string& dir) {
   const std::string path = dir + "/summary.json";
@@ -156,19 +156,6 @@ void print_comparability_notes(const nlohmann::json& a, const nlohmann::json& b,
   fmt::print(os, "all requests each run finished:\n");
 }
 
-const nlohmann::json* lookup(const nlohmann::json& j, const std::string& dotted) {
-  const nlohmann::json* cur = &j;
-  size_t start = 0;
-  while (start <= dotted.size()) {
-    const size_t dot = dotted.find('.', start);
-    const std::string key = dotted.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (!cur->is_object() || !cur->contains(key)) return nullptr;
-    cur = &(*cur)[key];
-    if (dot == std::string::npos) break;
-    start = dot + 1;
-  }
-  return cur;
-}
 }  // namespace
 
 int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostream& os) {

@@ -195,17 +195,8 @@ int32_t resolve_kv_blocks(const Workload& w, const Field& engine) {
 
 Workload parse_workload(const std::string& text, const std::string& path, const std::vector<Override>& overrides) {
   YamlSource src{path, {}, {}};
-  YAML::Node root;
-  try {
-    // A second document ('---') would be ignored without a word: refused.
-    std::optional<YAML::Mark> second;
-    root = load_one_document(text, &second);
-    if (second)
-      throw InputError(fmt::format("{}:{}:{}: a second YAML document ('---'); a workload is one document", path,
-                                   second->line + 1, second->column + 1));
-  } catch (const YAML::Exception& e) {
-    throw InputError(fmt::format("{}:{}:{}: invalid YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
-  }
+  // A second document ('---') would be ignored without a word: refused.
+  YAML::Node root = load_yaml_file_document(text, path, "a workload");
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap())
     throw InputError(
@@ -254,7 +245,8 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
   w.engine.resolved_kv_blocks = resolve_kv_blocks(w, top["engine"]);
   w.disaggregation = parse_disaggregation(top["disaggregation"], w.engine, w.model);
   if (w.disaggregation.enabled && w.engine.data_parallel != 1)
-    top["engine"]["data_parallel"].fail("data_parallel replicas and disaggregation (1 prefill + 1 decode) are exclusive");
+    top["engine"]["data_parallel"].fail(
+        "data_parallel replicas and disaggregation (1 prefill + 1 decode) are exclusive");
   refuse_lengths_that_never_fit(w, top["requests"]);
   return w;
 }

@@ -232,6 +232,10 @@ struct DocumentStarts final : YAML::EventHandler {
 
 YAML::Node load_one_document(const std::string& text, std::optional<YAML::Mark>* second) {
   YAML::Node first = YAML::Load(text);
+  second->reset();
+  // A second document starts after a '---' or a '...' marker: text with neither has one
+  // document, and is not parsed a second time (half of a workload's parse).
+  if (text.find("---") == std::string::npos && text.find("...") == std::string::npos) return first;
   // Look for a second document with the event parser, two documents at most. On input where
   // yaml-cpp makes no progress (it reports the same document again and again), the repeated
   // start is not a second document.
@@ -239,13 +243,25 @@ YAML::Node load_one_document(const std::string& text, std::optional<YAML::Mark>*
   YAML::Parser parser(in);
   DocumentStarts d;
   for (int i = 0; i < 2 && parser.HandleNextDocument(d); ++i) {}
-  second->reset();
   if (d.starts.size() >= 2) {
     const YAML::Mark& a = d.starts[0];
     const YAML::Mark& b = d.starts[1];
     if (b.pos != a.pos || b.line != a.line || b.column != a.column) *second = b;
   }
   return first;
+}
+
+YAML::Node load_yaml_file_document(const std::string& text, const std::string& path, const char* what) {
+  try {
+    std::optional<YAML::Mark> second;
+    YAML::Node root = load_one_document(text, &second);
+    if (second)
+      throw InputError(fmt::format("{}:{}:{}: a second YAML document ('---'); {} is one document", path,
+                                   second->line + 1, second->column + 1, what));
+    return root;
+  } catch (const YAML::Exception& e) {
+    throw InputError(fmt::format("{}:{}:{}: invalid YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
 }
 
 }  // namespace tandem

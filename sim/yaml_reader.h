@@ -75,5 +75,8 @@ class Field {
 // YAML::LoadAll: yaml-cpp 0.7's LoadAll loops forever on some inputs (a lone ',').
 // Throws YAML::Exception on invalid YAML.
 YAML::Node load_one_document(const std::string& text, std::optional<YAML::Mark>* second);
+// A file's one YAML document (a workload, a sweep): invalid YAML or a second document is an
+// InputError naming path:line:column; `what` names the kind of file ("a workload").
+YAML::Node load_yaml_file_document(const std::string& text, const std::string& path, const char* what);
 
 }  // namespace tandem
