@@ -51,11 +51,11 @@ test-sanitize: $(SAN_BUILD)/build.ninja
 
 # Fuzzing (tests/fuzz, libFuzzer + ASan + UBSan; clang 19 from `tools/setup --fuzz`): each
 # target for FUZZ_SECONDS; FUZZ_TARGETS picks some (workload azure vidur mooncake safetensors
-# hf_config profile compare run frame). A new finding fails with its reproducer printed.
+# hf_config profile compare run frame sweep). A new finding fails with its reproducer printed.
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
-FUZZ_ALL := workload azure vidur mooncake safetensors hf_config profile compare run frame
+FUZZ_ALL := workload azure vidur mooncake safetensors hf_config profile compare run frame sweep
 $(FUZZ_BUILD)/build.ninja:
 	meson setup $(FUZZ_BUILD) --native-file tests/fuzz/clang.ini -Dfuzz=true -Dcuda=disabled
 

@@ -59,7 +59,7 @@ constexpr int kMinRefineSteps = 20;  // a residual needs this many steps of its 
 std::string refine_profile(OperatorProfile& p, const std::vector<ServedStep>& steps, double loop_gap_s);
 
 // Backends other than the CPU one, by name, as the CLI builds them for a workload (the CUDA
-// backend is its own library, tandem_cuda, which tandem_sim does not link). Live mode (--workload) runs on any of them;
+// backend is a loadable module, which tandem_sim reaches only through cuda_executor_factory()). Live mode (--workload) runs on any of them;
 // grid mode (--model) is CPU-only.
 int calibrate_command(const std::vector<std::string>& args,
                       const std::map<std::string, ExecutorFactory>& backends = {});

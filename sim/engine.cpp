@@ -23,8 +23,7 @@ ChannelModel channel_model(const Workload& w) {
 }  // namespace
 
 Engine::Engine(const Workload& w, RequestSet requests, executor_i& executor, clock_i& clock)
-    : Engine(w, std::move(requests),
-             std::vector<executor_i*>(instance_specs(w).size(), &executor), clock) {}
+    : Engine(w, std::move(requests), std::vector<executor_i*>(instance_specs(w).size(), &executor), clock) {}
 
 Engine::Engine(const Workload& w, RequestSet requests, std::span<executor_i* const> executors, clock_i& clock,
                kv_channel_i* channel)
@@ -79,7 +78,7 @@ Summary Engine::run() {
     // or, while one is awaited, until its deadline.
     Time next = events_.empty() ? kMaxTime : events_.top().time;
     for (const AsyncOp& op : async_ops_) next = std::min(next, op.deadline);
-    if (!clock_.wait_until(next, inbox_)) continue;  // a post came first: take it in
+    if (!clock_.wait_until(next, inbox_)) continue;              // a post came first: take it in
     if (events_.empty() || events_.top().time > next) continue;  // a deadline, not an event
     TimedEvent e = events_.pop();
     // A wall clock may already be past the event (the loop was busy running a step).
@@ -127,7 +126,8 @@ void Engine::add_instance_figures(Summary& s) const {
   for (const Request& r : requests_.requests) {
     const HandoffTimes& t = handoff_->times(r.id);
     if (t.transfer_start != kNever) wait.push_back(to_ms(t.transfer_start - t.parked));
-    if (r.status == RequestStatus::Finished && t.transfer_end != kNever) after.push_back(to_ms(t.transfer_end - r.arrival));
+    if (r.status == RequestStatus::Finished && t.transfer_end != kNever)
+      after.push_back(to_ms(t.transfer_end - r.arrival));
   }
   d.transfer_ms = percentiles(transfer);
   d.handoff_wait_ms = percentiles(wait);
@@ -147,9 +147,10 @@ void Engine::check_nothing_lost() const {
   for (const auto& in : instances_)
     if (in->scheduler.in_flight()) ++lost;
   if (handoff_ && (handoff_->open_tickets() > 0 || handoff_->num_parked() > 0))
-    throw std::runtime_error(fmt::format("engine: {} transfer ticket(s) still open and {} request(s) parked at the end "
-                                         "of the run (lost completion)",
-                                         handoff_->open_tickets(), handoff_->num_parked()));
+    throw std::runtime_error(
+        fmt::format("engine: {} transfer ticket(s) still open and {} request(s) parked at the end "
+                    "of the run (lost completion)",
+                    handoff_->open_tickets(), handoff_->num_parked()));
   if (lost > 0)
     throw std::runtime_error(fmt::format(
         "engine: {} request(s) neither finished, cancelled nor failed at the end of the run (lost event)", lost));
@@ -256,6 +257,7 @@ void Engine::on(const StepDone& e) {
       outputs_[size_t(s.id)].push_back(in.inflight_result.sampled[k]);
     ++k;
   }
+  in.inflight.tokens_at = now_;
   for (run_observer_i* o : observers_) o->on_step(in.inflight);
   for (ReqId id : in.scheduler.complete_step(now_)) on_request_left(requests_.requests[size_t(id)]);
   if (handoff_ && in.role == InstanceRole::Prefill) handoff_->park(in.scheduler.prefilled(), now_);

@@ -11,6 +11,18 @@ cpu::CpuExecutorOptions cpu_executor_options(const EngineSpec& e) {
   return {.kv_blocks = e.resolved_kv_blocks, .block_size = e.block_size, .tp = e.tp, .deterministic = e.deterministic};
 }
 
+cuda::CudaExecutorOptions cuda_executor_options(const EngineSpec& e) {
+  return {.kv_blocks = e.resolved_kv_blocks,
+          .block_size = e.block_size,
+          .tp = e.tp,
+          .device = e.device,
+          .deterministic = e.deterministic,
+          .cuda_graph = e.cuda_graph,
+          .mma_attention = e.cuda_attention == "mma",
+          .max_step_tokens = e.max_num_batched_tokens,
+          .max_step_seqs = e.max_num_seqs};
+}
+
 std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backend, const ExecutorFactory* cuda) {
   if (backend == "sim") return std::make_unique<SimExecutor>(make_cost_model(w.model, w.hardware, w.engine.tp));
   if (backend == "cpu") return cpu::make_cpu_executor(w.model, w.seed, cpu_executor_options(w.engine));
@@ -72,6 +84,22 @@ RunExecutors make_run_executors(Workload& w, const std::string& backend, const E
   throw InputError(fmt::format(
       "disaggregation.channel.kind: {} is not available for --backend {} in this build (copy runs in one process)",
       kind, backend));
+}
+
+const ExecutorFactory* cuda_executor_factory() {
+  static const ExecutorFactory factory = [](Workload& w) {
+    return cuda_module().make_executor(w.model, w.seed, cuda_executor_options(w.engine));
+  };
+  return cuda_module_built() ? &factory : nullptr;
+}
+
+const ChannelFactory* cuda_channel_factory() {
+  static const ChannelFactory factory = [](const std::string& kind, executor_i& prefill,
+                                           executor_i& decode) -> std::unique_ptr<kv_channel_i> {
+    if (!cuda_module_loaded()) return nullptr;
+    return cuda_module().make_channel(kind, prefill, decode);
+  };
+  return cuda_module_built() ? &factory : nullptr;
 }
 
 WarmUpShape warm_up_shape(const Workload& w) {

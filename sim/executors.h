@@ -1,12 +1,14 @@
 // The one place an executor is built from a workload: `tandem run`, `tandem calibrate` and the
 // golden tests all come here, so a new engine option reaches every backend the same way.
-// sim/ includes no CUDA header: a CUDA build hands in its factory (sim/main.cpp).
+// sim/ includes no CUDA header: the CUDA backend comes in as a factory (sim/main.cpp hands in
+// cuda_executor_factory(), which reaches the loadable module, backend/cuda_module.h).
 #pragma once
 #include <functional>
 #include <memory>
 #include <string>
 
 #include "backend/cpu/cpu_executor.h"
+#include "backend/cuda_module.h"
 #include "backend/executor.h"
 #include "backend/transfer/channel.h"
 #include "backend/warmup.h"
@@ -19,6 +21,9 @@ using ExecutorFactory = std::function<std::unique_ptr<executor_i>(Workload&)>;
 
 // The CPU backend's options from a workload's engine section.
 cpu::CpuExecutorOptions cpu_executor_options(const EngineSpec& e);
+
+// The CUDA backend's options from a workload's engine section.
+cuda::CudaExecutorOptions cuda_executor_options(const EngineSpec& e);
 
 // backend: sim (the workload's cost model), cpu (the reference model) or cuda (through `cuda`,
 // the factory of a CUDA build; without one, an InputError says the build has none).
@@ -47,6 +52,15 @@ using ChannelFactory =
 // blocks through host memory (CopyChannel).
 RunExecutors make_run_executors(Workload& w, const std::string& backend, const ExecutorFactory* cuda = nullptr,
                                 int threads = 0, const ChannelFactory* channels = nullptr);
+
+// The CUDA backend's factories, bound to its loadable module (backend/cuda_module.h); null in a
+// build without the module, where make_executor and the commands say the build has none. The
+// executor factory loads the module at its first call (an InputError, exit 2, if it cannot): a
+// command that builds no CUDA executor never maps cuBLAS, NCCL or the CUDA runtime. The channel
+// factory never loads it: without the module there is no CUDA executor to connect, and it
+// answers null as the module's own does for other executors.
+const ExecutorFactory* cuda_executor_factory();
+const ChannelFactory* cuda_channel_factory();
 
 // The step shapes a real backend warms up for before it serves this workload (`tandem run`,
 // calibrate): first-use costs are paid then, not by the first requests.

@@ -22,6 +22,9 @@ struct StepRecord {
   const StepPlan* plan = nullptr;
   StepCost cost;                                                                    // zero for real backends
   int32_t kv_used = 0, kv_reserved = 0, kv_capacity = 0, waiting = 0, running = 0;  // after planning
+  // When the step's sampled tokens reached their requests: the time MetricsRecorder::on_token
+  // takes (set as the step is done; after start + elapsed when a remote worker answered late).
+  Time tokens_at = 0;
 };
 
 struct KvCacheShape {

@@ -14,20 +14,18 @@
 #include "backend/cost_model.h"
 #include "backend/cpu/cpu_executor.h"
 #include "backend/cpu/kernels.h"
-#ifdef TANDEM_HAVE_CUDA
-#include "backend/cuda/cuda_channels.h"
-#include "backend/cuda/cuda_executor.h"
-#endif
+#include "backend/cuda_module.h"
 #include "backend/warmup.h"
 #include "sim/calibrate.h"
 #include "sim/compare.h"
 #include "sim/config.h"
+#include "sim/decode_worker.h"
 #include "sim/engine.h"
 #include "sim/executors.h"
 #include "sim/generate.h"
 #include "sim/outputs.h"
-#include "sim/decode_worker.h"
 #include "sim/prefix_bound.h"
+#include "sim/sweep.h"
 #include "sim/threaded_executor.h"
 
 namespace po = boost::program_options;
@@ -47,24 +45,9 @@ constexpr const char* kUsage =
     "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml  # linear "
     "fit\n"
     "  tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [--max-tokens N] [--logits-out FILE]\n"
-    "  tandem worker --listen HOST:PORT [--backend cpu|cuda] [--threads N] [--secret-file F]   # 1P1D decode over tcp\n";
-
-#ifdef TANDEM_HAVE_CUDA
-// The CUDA executor for a workload: its options from the engine section.
-std::unique_ptr<executor_i> cuda_executor_for(Workload& w) {
-  const EngineSpec& e = w.engine;
-  return cuda::make_cuda_executor(w.model, w.seed,
-                                  {.kv_blocks = e.resolved_kv_blocks,
-                                   .block_size = e.block_size,
-                                   .tp = e.tp,
-                                   .device = e.device,
-                                   .deterministic = e.deterministic,
-                                   .cuda_graph = e.cuda_graph,
-                                   .mma_attention = e.cuda_attention == "mma",
-                                   .max_step_tokens = e.max_num_batched_tokens,
-                                   .max_step_seqs = e.max_num_seqs});
-}
-#endif
+    "  tandem sweep SWEEP.yaml [--out DIR] [-j N]   # a grid of knobs, at rates or searched for capacity\n"
+    "  tandem worker --listen HOST:PORT [--backend cpu|cuda] [--threads N] [--secret-file F]   # 1P1D decode over "
+    "tcp\n";
 
 std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
   std::vector<Override> out;
@@ -110,13 +93,7 @@ int run_workload(Workload& w, const RunOptions& o) {
   // Before a decode worker is started or reached: its steps run in real time.
   if (o.clock == "virtual" && o.backend != "sim" && w.disaggregation.enabled && w.disaggregation.channel.kind == "tcp")
     throw InputError("--clock virtual: the tcp channel's decode worker runs in real time; use the wall clock");
-#ifdef TANDEM_HAVE_CUDA
-  const ExecutorFactory cuda_factory = cuda_executor_for;
-  const ChannelFactory cuda_channels = cuda::make_cuda_channel;
-  RunExecutors run = make_run_executors(w, o.backend, &cuda_factory, o.threads, &cuda_channels);
-#else
-  RunExecutors run = make_run_executors(w, o.backend, nullptr, o.threads);
-#endif
+  RunExecutors run = make_run_executors(w, o.backend, cuda_executor_factory(), o.threads, cuda_channel_factory());
   const std::string clock_name = !o.clock.empty() ? o.clock : run.simulated() ? "virtual" : "wall";
   if (clock_name != "wall" && clock_name != "virtual")
     throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
@@ -193,7 +170,8 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
       "threads", po::value<int>()->default_value(0), "CPU backend threads (0: all cores)")(
       "set", po::value<std::vector<std::string>>()->composing(),
       "override a workload key: --set engine.max_num_seqs=8")(
-      "out", po::value<std::string>(), "write summary.json, requests.csv, steps.csv, trace.json here")(
+      "out", po::value<std::string>(),
+      "write summary.json, requests.csv, steps.csv, trace.json, vllm_result.json here")(
       "trace", po::value<std::string>()->default_value("full"), "trace.json detail: full, steps, requests or none")(
       "quiet", po::bool_switch(), "no summary table on stdout")(
       "prefix-bound", po::bool_switch(), "validate: also the ideal prefix-cache hit rate (unbounded cache)")(
@@ -260,19 +238,11 @@ int dispatch(int argc, char** argv) {
       return compare_runs(rest[0], rest[1], std::cout);
     }
     if (cmd == "generate") return generate_command(rest);
-    if (cmd == "worker") {
-#ifdef TANDEM_HAVE_CUDA
-      const ExecutorFactory cuda_factory = cuda_executor_for;
-      return worker_command(rest, &cuda_factory);
-#else
-      return worker_command(rest, nullptr);
-#endif
-    }
+    if (cmd == "sweep") return sweep_command(rest);
+    if (cmd == "worker") return worker_command(rest, cuda_executor_factory());
     if (cmd == "calibrate") {
       std::map<std::string, ExecutorFactory> backends;
-#ifdef TANDEM_HAVE_CUDA
-      backends["cuda"] = cuda_executor_for;
-#endif
+      if (const ExecutorFactory* cuda = cuda_executor_factory()) backends["cuda"] = *cuda;
       return calibrate_command(rest, backends);
     }
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
@@ -298,13 +268,16 @@ int dispatch(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const int rc = dispatch(argc, argv);
-#if defined(TANDEM_HAVE_CUDA) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   // cuBLASLt's library finalizers page in about 60 MB of its code at exit, after summary.json
-  // took the process's peak RSS: skip them. Every output file is closed by now, and the
-  // driver frees whatever a CUDA run held.
-  std::cout.flush();
-  std::fflush(nullptr);
-  std::_Exit(rc);
+  // took the process's peak RSS: skip them when this command loaded the CUDA module (only then
+  // are they mapped). Every output file is closed by now, and the driver frees whatever a CUDA
+  // run held.
+  if (cuda_module_loaded()) {
+    std::cout.flush();
+    std::fflush(nullptr);
+    std::_Exit(rc);
+  }
 #endif
   return rc;
 }

@@ -4,6 +4,7 @@
 
 #include "backend/cost_model.h"
 #include "sim/config.h"
+#include "sim/outputs_vllm.h"
 
 #include <fmt/compile.h>
 #include <fmt/format.h>
@@ -97,7 +98,8 @@ RunOutputs::RunOutputs(const std::string& dir, TraceDetail trace) : dir_(dir), d
   if (dir.empty()) throw InputError("--out: empty folder name");
   std::filesystem::create_directories(dir, ec);
   if (ec) throw InputError(fmt::format("--out {}: cannot create the folder: {}", dir, ec.message()));
-  for (const char* f : {"summary.json", "requests.csv", "steps.csv", "trace.json", "workload.resolved.yaml"}) {
+  for (const char* f :
+       {"summary.json", "requests.csv", "steps.csv", "trace.json", "workload.resolved.yaml", "vllm_result.json"}) {
     const auto p = std::filesystem::path(dir) / f;
     if (std::filesystem::exists(p) && !std::filesystem::is_regular_file(p))
       throw InputError(fmt::format("--out {}: {} exists and is not a file", dir, p.string()));
@@ -118,6 +120,9 @@ RunOutputs::RunOutputs(const std::string& dir, TraceDetail trace) : dir_(dir), d
         R"j({"name":"process_name","ph":"M","pid":2,"args":{"name":"requests"}})j");
   pending_.reserve(kBatchRows);
   formatter_ = std::make_unique<StepFormatter>();
+  // vLLM keeps its per-request arrays only with --save-detailed: so does --trace none, which
+  // asks for small outputs (the ITL arrays are per token, larger than requests.csv).
+  vllm_ = std::make_unique<VllmResult>(dir, detail_ != TraceDetail::None);
   writer_ = std::thread([this] { writer_loop(); });
 }
 
@@ -130,7 +135,10 @@ void RunOutputs::on_step(const StepRecord& r) {
                       int32_t(p.seqs.size()), p.num_prefill_seqs, p.num_decode_seqs, p.num_tokens, p.num_samples,
                       r.kv_used, r.kv_reserved, r.kv_capacity, r.waiting, r.running, p.after_idle});
   if (pending_.size() >= kBatchRows) submit_pending();
+  vllm_->on_step(r);
 }
+
+void RunOutputs::on_request_done(const Request& r) { vllm_->on_request_done(r); }
 
 void RunOutputs::submit_pending() {
   if (pending_.empty()) return;
@@ -385,6 +393,7 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
   std::ofstream resolved(dir_ + "/workload.resolved.yaml");
   resolved << to_yaml(w);
   resolved.flush();
+  const bool vllm_ok = vllm_->write(e, s, w);
 
   stop_writer();
   if (writer_error_) std::rethrow_exception(writer_error_);
@@ -403,7 +412,7 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
   // Names come from the workload file: replace invalid UTF-8 rather than fail at the end.
   summary << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   summary.flush();
-  if (!summary || !resolved || !req_ok || !steps_ok || !trace_ok)
+  if (!summary || !resolved || !req_ok || !steps_ok || !trace_ok || !vllm_ok)
     throw std::runtime_error(fmt::format("--out {}: writing the run's files failed (disk full?)", dir_));
 }
 

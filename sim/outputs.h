@@ -1,6 +1,7 @@
 // The files a run writes with --out DIR: summary.json, requests.csv, steps.csv, trace.json
-// (Chrome / Perfetto) and workload.resolved.yaml. Their keys and columns are in
-// sim/outputs_schema.h; this file is the writer (a thread that formats rows off the loop).
+// (Chrome / Perfetto), workload.resolved.yaml and vllm_result.json (vLLM's benchmark result,
+// sim/outputs_vllm.h). Their keys and columns are in sim/outputs_schema.h; this file is the
+// writer (a thread that formats rows off the loop).
 #pragma once
 #include <condition_variable>
 #include <cstdio>
@@ -22,9 +23,12 @@
 
 namespace tandem {
 
+class VllmResult;
+
 // Writes steps.csv and the trace's step events while the run goes, requests.csv, the
-// request spans and summary.json at the end. on_step only copies a step's numbers; a
-// writer thread formats them and writes the files in large chunks, off the event loop.
+// request spans, summary.json and vllm_result.json at the end. on_step only copies a step's
+// numbers (and notes when its sampled tokens came, for vllm_result.json); a writer thread
+// formats them and writes the files in large chunks, off the event loop.
 class RunOutputs final : public run_observer_i {
  public:
   // Creates the folder; throws InputError when it cannot be made or written.
@@ -33,6 +37,7 @@ class RunOutputs final : public run_observer_i {
   RunOutputs(const RunOutputs&) = delete;
   RunOutputs& operator=(const RunOutputs&) = delete;
   void on_step(const StepRecord& r) override;
+  void on_request_done(const Request& r) override;
   // Waits for the writer, then writes the rest. Throws std::runtime_error if a write failed.
   void finish(const Engine& e, const Summary& s, const Workload& w);
 
@@ -80,6 +85,7 @@ class RunOutputs final : public run_observer_i {
   File steps_, trace_;
   struct StepFormatter;
   std::unique_ptr<StepFormatter> formatter_;  // the writer thread's
+  std::unique_ptr<VllmResult> vllm_;          // the main thread's: token times, vllm_result.json
 
   // Main thread fills `pending_`; full batches go through `queue_` to the writer thread.
   std::vector<StepRow> pending_;

@@ -8,7 +8,8 @@ Usage: readme_check.py SOURCE_DIR TANDEM
              (upper-case components such as TARGET and '*' are wildcards)
   quick      the first code block's first two commands name make targets and scripts that
              exist, and the block names the workload `make run` runs
-  workloads  `tandem validate` accepts every workloads/*.yaml the README names (a workload whose
+  workloads  `tandem validate` accepts every workloads/*.yaml the README names (a sweep file under
+             workloads/sweeps/: `tandem sweep plan` accepts it; a workload whose
              trace lies outside the tree and is absent is skipped); every profile it names
              validates with its own model; `tandem run` of the quickstart workload with
              --set requests.count=20 --quiet succeeds
@@ -184,6 +185,11 @@ class Checker:
                 rc, _, err = self.run(["validate", self.quickstart_workload()[0], "--set", f"model={m.group(1)}",
                                        "--set", f"hardware={full}"])
                 self.ok(rc == 0, f"workloads: profile {w} with model {m.group(1)}: exit {rc}: {err.strip()}")
+                continue
+            if w.startswith("workloads/sweeps/"):  # a sweep file: it must plan (every point loads)
+                with tempfile.TemporaryDirectory() as tmp:
+                    rc, _, err = self.run(["sweep", "plan", w, "--out", tmp])
+                self.ok(rc == 0, f"workloads: tandem sweep plan {w}: exit {rc}: {err.strip()}")
                 continue
             missing = self.outside_trace_missing(full)
             if missing:

@@ -1,6 +1,6 @@
 // The KV channels between two CUDA executors in one process (stage 4), device to device: the
-// blocks never cross host memory. sim/ reaches them through the channel factory that a CUDA
-// build hands make_run_executors (sim/main.cpp), as it reaches the executor.
+// blocks never cross host memory. sim/ reaches them through the channel factory of the loadable
+// module (backend/cuda_module.h), as it reaches the executor.
 //   copy  each rank's blocks from the prefill pool to the decode pool of the same rank: on one
 //         GPU a pack and an unpack kernel, between GPUs a peer copy between them (device-copy)
 //   nccl  two GPUs, NCCL send/recv (nccl_channel.h)

@@ -26,7 +26,7 @@ while getopts "b:t:" o; do
   esac
 done
 shift $((OPTIND - 1))
-all_targets=(workload azure vidur mooncake safetensors hf_config profile compare run frame)
+all_targets=(workload azure vidur mooncake safetensors hf_config profile compare run frame sweep)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 
@@ -49,7 +49,7 @@ export TMPDIR=$scratch
 dict_of() {
   case $1 in
     azure|vidur) echo tests/fuzz/csv.dict ;;
-    run) echo tests/fuzz/workload.dict ;;
+    run|sweep) echo tests/fuzz/workload.dict ;;
     *) echo tests/fuzz/$1.dict ;;
   esac
 }

@@ -1,0 +1,67 @@
+// vllm_result.json: the file `vllm bench serve --save-result` writes, as vLLM v0.18.0 writes it
+// (vllm/benchmarks/serve.py: main_async's result_json, into which benchmark()'s result is merged),
+// so that scripts written for vLLM's results read tandem's simulated and measured runs alike.
+// Keys, their order, units and statistics are vLLM's; README.md ("Outputs") gives the mapping.
+//
+// Memory: the per-request inter-token latencies are per token. Only the requests in flight keep
+// their token times in memory; a finished request's go to a scratch file (unlinked as soon as it
+// is opened, so nothing is left behind) and are read back, one request at a time, when the file
+// is written. The ITL median and p99 are exact (numpy's) all the same: a histogram of every gap,
+// kept as the requests finish, names the bucket that holds each wanted rank, and the read-back
+// keeps only the values in those buckets.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/request.h"
+#include "sim/config.h"
+#include "sim/instance.h"
+#include "sim/metrics.h"
+
+namespace tandem {
+
+class Engine;
+
+// The vLLM release whose format vllm_result.json matches.
+inline constexpr const char* kVllmResultVersion = "0.18.0";
+
+class VllmResult {
+ public:
+  // `detailed`: also the per-request arrays that vLLM keeps only with --save-detailed
+  // (input_lens, output_lens, ttfts, itls, start_times, generated_texts, errors). Opens the
+  // scratch file in `dir`; throws InputError when it cannot.
+  VllmResult(const std::string& dir, bool detailed);
+  ~VllmResult();
+  VllmResult(const VllmResult&) = delete;
+  VllmResult& operator=(const VllmResult&) = delete;
+
+  // A step is done: each sequence that sampled got a token at r.tokens_at.
+  void on_step(const StepRecord& r);
+  // A request left the run: a finished one's token times go to the scratch file, any other's
+  // are dropped (vLLM counts it as failed, with no ITLs).
+  void on_request_done(const Request& r);
+  // Writes DIR/vllm_result.json; false if a write failed.
+  bool write(const Engine& e, const Summary& s, const Workload& w);
+
+ private:
+  std::string dir_;
+  bool detailed_;
+  std::FILE* scratch_ = nullptr;
+  uint64_t scratch_len_ = 0;  // bytes
+  bool failed_ = false;
+  std::vector<std::vector<Time>> in_flight_;  // by request id: its token times so far
+  std::vector<uint64_t> offset_;              // by request id: where its token times are in the scratch file
+  std::vector<int32_t> num_tokens_;           // by request id: how many; -1: not there
+  // Every inter-token gap of the finished requests (ns): counts per bucket, their number and sum.
+  std::vector<int64_t> itl_buckets_;
+  int64_t num_itls_ = 0;
+  long double itl_sum_s_ = 0;
+
+  void make_room(ReqId id);
+  void spill(ReqId id);
+  bool read_tokens(ReqId id, std::vector<Time>& out);
+};
+
+}  // namespace tandem

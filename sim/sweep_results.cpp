@@ -1,0 +1,230 @@
+#include "sim/sweep_results.h"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/json_strict.h"
+#include "sim/sweep_run.h"
+
+namespace tandem {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A CSV cell: quoted where it holds a comma, a quote or a line break (names and values of
+// grid keys may; the metrics never do).
+std::string cell(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q.append(c == '"' ? 2 : 1, c);
+  q.push_back('"');
+  return q;
+}
+
+std::string num(const nlohmann::json& j) {
+  if (j.is_number_integer()) return fmt::format("{}", j.get<int64_t>());
+  if (j.is_number()) return fmt::format("{}", j.get<double>());
+  if (j.is_boolean()) return j.get<bool>() ? "true" : "false";
+  return "";
+}
+
+std::string param_of(const nlohmann::json& point, const std::string& key) {
+  for (const auto& kv : point["params"])
+    if (kv[0] == key) return kv[1].get<std::string>();
+  return "";
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    if (!out.flush()) throw std::runtime_error(fmt::format("{}: cannot write", tmp));
+  }
+  fs::rename(tmp, path);
+}
+
+// Requests that did not finish make a row's latency percentiles cover fewer requests than its
+// neighbours': said in the row, never left for the reader to discover.
+std::string unfinished_note(const nlohmann::json& run) {
+  const nlohmann::json& m = run["metrics"];
+  const int64_t total = m.value("requests.total", int64_t(0)), finished = m.value("requests.finished", int64_t(0));
+  if (finished == total) return "";
+  return fmt::format("{} of {} finished ({} failed, {} cancelled): latencies over the finished only", finished, total,
+                     m.value("requests.failed", int64_t(0)), m.value("requests.cancelled", int64_t(0)));
+}
+
+}  // namespace
+
+std::map<int64_t, nlohmann::json> load_results(const SweepPlan& plan, const std::string& dir, int64_t* stale) {
+  std::map<std::string, int64_t> by_key;
+  for (const auto& p : plan.points) by_key[p.key] = p.index;
+  std::map<int64_t, nlohmann::json> out;
+  *stale = 0;
+  std::error_code ec;
+  const fs::path rdir = fs::path(dir) / "results";
+  if (!fs::is_directory(rdir, ec)) return out;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(rdir))
+    if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    nlohmann::json j;
+    try {
+      j = parse_json_strict(ss.str());
+    } catch (const std::exception& e) {
+      throw InputError(fmt::format("{}: not a point result: {}", f.string(), e.what()));
+    }
+    if (!j.is_array()) j = nlohmann::json::array({j});
+    for (auto& r : j) {
+      if (!r.is_object() || !r.contains("key") || !r["key"].is_string() || !r.contains("runs"))
+        throw InputError(fmt::format("{}: not a point result (no key or runs)", f.string()));
+      const auto it = by_key.find(r["key"].get<std::string>());
+      if (it == by_key.end()) {
+        ++*stale;
+        continue;
+      }
+      r["index"] = it->second;  // the plan's index: a result kept from an earlier grid may have had another
+      // An error result never replaces a complete one.
+      if (auto o = out.find(it->second); o != out.end() && !o->second.contains("error") && r.contains("error"))
+        continue;
+      out[it->second] = std::move(r);
+    }
+  }
+  return out;
+}
+
+void write_point_result(const std::string& dir, const nlohmann::json& result) {
+  fs::create_directories(fs::path(dir) / "results");
+  write_file(fmt::format("{}/results/point-{}.json", dir, result["index"].get<int64_t>()), result.dump(1) + "\n");
+}
+
+std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<int64_t, nlohmann::json>& results,
+                                         const std::string& dir, std::ostream& table) {
+  const auto& metrics = sweep_metric_columns();
+  // Appends are one piece at a time: GCC 12 warns (-Wrestrict, a false positive) on chains of +.
+  std::string keys;
+  for (const auto& k : plan.param_keys) keys.append(",").append(cell(k));
+  std::string csv = "index,name";
+  csv.append(keys).append(",rate,offered_rate,meets_slo,why");
+  for (const auto& m : metrics) csv.append(",").append(m);
+  csv.append(",note\n");
+  std::string cap_csv = "index,name";
+  cap_csv.append(keys).append(",status,capacity,first_missed,limited_by,runs\n");
+  std::vector<int64_t> missing;
+  nlohmann::json points = nlohmann::json::array();
+  for (const auto& p : plan.points) {
+    const auto it = results.find(p.index);
+    if (it == results.end() || it->second.contains("error")) {
+      missing.push_back(p.index);
+      if (it != results.end()) points.push_back(it->second);
+      continue;
+    }
+    const nlohmann::json& r = it->second;
+    points.push_back(r);
+    std::string lead = fmt::format("{},{}", p.index, cell(p.name));
+    for (const auto& k : plan.param_keys) lead.append(",").append(cell(param_of(r, k)));
+    for (const auto& run : r["runs"]) {
+      csv.append(fmt::format("{},{},{},{},{}", lead, num(run["rate"]), num(run["offered_rate"]),
+                             run.contains("meets_slo") ? num(run["meets_slo"]) : "", cell(run.value("why", ""))));
+      for (const auto& m : metrics) csv.append(",").append(run["metrics"].contains(m) ? num(run["metrics"][m]) : "");
+      csv.append(",").append(cell(unfinished_note(run))).append("\n");
+    }
+    if (r.contains("capacity")) {
+      const auto& c = r["capacity"];
+      std::string limited;
+      for (const auto& run : r["runs"])
+        if (run["rate"] == c["first_missed"]) limited = run.value("why", "");
+      cap_csv.append(fmt::format("{},{},{},{},{},{}\n", lead, c["status"].get<std::string>(), num(c["rate"]),
+                                 c["first_missed"].get<double>() > 0 ? num(c["first_missed"]) : "", cell(limited),
+                                 num(c["runs"])));
+    }
+  }
+  fs::create_directories(dir);
+  write_file(dir + "/results.csv", csv);
+  if (plan.capacity) write_file(dir + "/capacity.csv", cap_csv);
+  nlohmann::json all = {{"format", "tandem-sweep-results"}, {"version", 1},     {"sweep", plan.sweep_path},
+                        {"rate_key", plan.rate_key},        {"points", points}, {"missing", missing}};
+  write_file(dir + "/results.json", all.dump(1) + "\n");
+
+  // The table: a line per point (capacity) or per point and rate.
+  size_t name_w = 5;
+  for (const auto& p : plan.points) name_w = std::max(name_w, p.name.size());
+  name_w = std::min<size_t>(name_w, 60);
+  bool any_unfinished = false;
+  if (plan.capacity) {
+    fmt::print(table, "{:<{}}  {:>12}  {:<11}  {:>5}  {}\n", "point", name_w, "capacity", "status", "runs",
+               "limited by (first rate missed)");
+    for (const auto& p : plan.points) {
+      const auto it = results.find(p.index);
+      if (it == results.end() || it->second.contains("error")) {
+        fmt::print(table, "{:<{}}  {:>12}  {}\n", p.name, name_w, "-",
+                   it == results.end() ? "not run" : "error: " + it->second["error"].get<std::string>());
+        continue;
+      }
+      const auto& c = it->second["capacity"];
+      std::string limited;
+      for (const auto& run : it->second["runs"])
+        if (run["rate"] == c["first_missed"])
+          limited = fmt::format("{} at {:.4g}", run.value("why", ""), run["rate"].get<double>());
+      const std::string st = c["status"];
+      const std::string cap = st == "below_lo"      ? fmt::format("< {:.4g}", plan.capacity->lo)
+                              : st == "at_least_hi" ? fmt::format(">= {:.4g}", plan.capacity->hi)
+                                                    : fmt::format("{:.4g}", c["rate"].get<double>());
+      fmt::print(table, "{:<{}}  {:>12}  {:<11}  {:>5}  {}\n", p.name, name_w, cap, st, c["runs"].get<int>(), limited);
+    }
+    fmt::print(
+        table, "capacity: the highest {} that met {} (in {}); results.csv has every run\n", plan.rate_key,
+        [&] {
+          const SweepSlo& s = plan.capacity->slo;
+          std::string t;
+          const auto add = [&](const char* n, const std::optional<double>& v) {
+            if (v) t += (t.empty() ? "" : ", ") + fmt::format("{} <= {}", n, *v);
+          };
+          add("ttft_p99_ms", s.ttft_p99_ms), add("tpot_p99_ms", s.tpot_p99_ms), add("itl_p99_ms", s.itl_p99_ms);
+          if (s.goodput_min) t += (t.empty() ? "" : ", ") + fmt::format("goodput >= {}", *s.goodput_min);
+          return t;
+        }(),
+        fmt::format("[{}, {}], tolerance {}", plan.capacity->lo, plan.capacity->hi, plan.capacity->tolerance));
+  } else {
+    fmt::print(table, "{:<{}}  {:>8}  {:>11}  {:>11}  {:>11}  {:>9}  {:>11}\n", "point", name_w, "rate", "ttft p99 ms",
+               "tpot p99 ms", "itl p99 ms", "req/s", "finished");
+    for (const auto& p : plan.points) {
+      const auto it = results.find(p.index);
+      if (it == results.end() || it->second.contains("error")) {
+        fmt::print(table, "{:<{}}  {}\n", p.name, name_w,
+                   it == results.end() ? "not run" : "error: " + it->second["error"].get<std::string>());
+        continue;
+      }
+      for (const auto& run : it->second["runs"]) {
+        const auto& m = run["metrics"];
+        const auto g = [&](const char* k) { return m.contains(k) ? fmt::format("{:.4g}", m[k].get<double>()) : "-"; };
+        const bool unfinished = !unfinished_note(run).empty();
+        any_unfinished = any_unfinished || unfinished;
+        fmt::print(
+            table, "{:<{}}  {:>8.4g}  {:>11}  {:>11}  {:>11}  {:>9}  {:>10}{}\n", p.name, name_w,
+            run["rate"].get<double>(), g("ttft_ms.p99"), g("tpot_ms.p99"), g("itl_ms.p99"),
+            g("throughput.requests_per_s"),
+            fmt::format("{}/{}", m.value("requests.finished", int64_t(0)), m.value("requests.total", int64_t(0))),
+            unfinished ? "*" : " ");
+      }
+    }
+    if (any_unfinished)
+      fmt::print(table,
+                 "* not every request finished: that row's latencies are over fewer requests than a complete row's; "
+                 "--keep-runs DIR keeps each run's folder, and `tandem compare A B` compares two of them on the "
+                 "requests both finished\n");
+  }
+  return missing;
+}
+
+}  // namespace tandem

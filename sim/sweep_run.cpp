@@ -1,0 +1,234 @@
+#include "sim/sweep_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "core/json_strict.h"
+#include "sim/clock.h"
+#include "sim/engine.h"
+#include "sim/executors.h"
+#include "sim/outputs.h"
+#include "sim/outputs_schema.h"
+#include "sim/sweep_search.h"
+#include "sim/workload_gen.h"
+
+namespace tandem {
+
+const std::vector<std::string>& sweep_metric_columns() {
+  static const std::vector<std::string> cols = [] {
+    std::vector<std::string> c = {"requests.total", "requests.finished", "requests.failed", "requests.cancelled"};
+    for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"})
+      for (const char* p : {"mean", "p50", "p90", "p99"}) c.push_back(fmt::format("{}.{}", m, p));
+    for (const char* k :
+         {"queue_ms.mean", "queue_ms.p99", "throughput.requests_per_s", "throughput.output_tokens_per_s",
+          "throughput.total_tokens_per_s", "goodput.fraction", "goodput.requests_per_s", "jitter_ms",
+          "prefix_cache.hit_rate", "kv_cache.mean_util", "kv_cache.peak_util", "disaggregation.transfers.delivered",
+          "disaggregation.transfer_ms.p50", "steps", "makespan_s"})
+      c.push_back(k);
+    return c;
+  }();
+  return cols;
+}
+
+Workload point_workload(const SweepPlan& plan, const SweepPoint& point, double rate, const Workload* parsed) {
+  if (parsed) {
+    Workload w = *parsed;
+    if (plan.rate_key == "requests.arrival.rate" && !w.requests.trace &&
+        w.requests.arrival.kind != ArrivalSpec::Kind::Burst) {
+      w.requests.arrival.rate = rate;
+      return w;
+    }
+    if (plan.rate_key == "requests.trace.rate_scale" && w.requests.trace) {
+      w.requests.trace->rate_scale = rate;
+      return w;
+    }
+  }
+  return parse_workload(point.workload_yaml, plan.workload_path, {{plan.rate_key, fmt::format("{}", rate)}});
+}
+
+nlohmann::json simulate_point(Workload w, double rate, const std::optional<std::string>& run_dir) {
+  RunExecutors run = make_run_executors(w, "sim");
+  VirtualClock clock;
+  RequestSet rs = generate_requests(w);
+  double offered = 0;
+  if (rs.requests.size() > 1) {
+    Time first = rs.requests.front().arrival, last = first;
+    for (const Request& r : rs.requests) first = std::min(first, r.arrival), last = std::max(last, r.arrival);
+    if (last > first) offered = double(rs.requests.size() - 1) / to_seconds(last - first);
+  }
+  Engine engine(w, std::move(rs), run.executors, clock, run.channel);
+  std::unique_ptr<RunOutputs> outputs;
+  if (run_dir) {
+    outputs = std::make_unique<RunOutputs>(*run_dir, TraceDetail::None);
+    engine.add_observer(outputs.get());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Summary s = engine.run();
+  if (outputs) outputs->finish(engine, s, w);
+  const nlohmann::json full = summary_json(s, w);
+  nlohmann::json metrics = nlohmann::json::object();
+  for (const std::string& c : sweep_metric_columns())
+    if (const nlohmann::json* v = json_at_path(full, c); v && v->is_number()) metrics[c] = *v;
+  nlohmann::json out = {{"rate", rate}, {"offered_rate", offered}, {"metrics", metrics}};
+  if (!s.failed_by_reason.empty()) out["failed_by_reason"] = s.failed_by_reason;
+  out["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The SLO check reads the summary's own shape.
+  out["_summary"] = nlohmann::json{{"requests", full["requests"]},
+                                   {"ttft_ms", full["ttft_ms"]},
+                                   {"tpot_ms", full["tpot_ms"]},
+                                   {"itl_ms", full["itl_ms"]}};
+  if (full.contains("goodput")) out["_summary"]["goodput"] = full["goodput"];
+  return out;
+}
+
+std::vector<nlohmann::json> run_points(const SweepPlan& plan, const std::vector<int64_t>& indices,
+                                       const SweepRunOptions& o) {
+  struct State {
+    const SweepPoint* point;
+    std::optional<CapacitySearch> search;
+    nlohmann::json runs = nlohmann::json::array();
+    std::string error;
+    bool started = false, done = false;
+    std::shared_ptr<const Workload> parsed;  // the point's workload, parsed by its first run
+  };
+  std::vector<State> states;
+  for (int64_t i : indices) {
+    if (i < 0 || i >= int64_t(plan.points.size()))
+      throw InputError(fmt::format("point {} is not in the plan (it has {})", i, plan.points.size()));
+    State s{&plan.points[size_t(i)], {}, nlohmann::json::array(), "", false, false, nullptr};
+    if (plan.capacity) s.search.emplace(*plan.capacity);
+    states.push_back(std::move(s));
+  }
+  // A point's result object, once it is done.
+  const auto result_of = [&](State& s) {
+    const SweepPoint& p = *s.point;
+    nlohmann::json params = nlohmann::json::array();
+    for (const auto& kv : p.params) params.push_back({kv.key, kv.value});
+    // Runs in rate order: a capacity search's rounds are not.
+    std::vector<nlohmann::json> runs(s.runs.begin(), s.runs.end());
+    std::stable_sort(runs.begin(), runs.end(),
+                     [](const nlohmann::json& a, const nlohmann::json& b) { return a["rate"] < b["rate"]; });
+    nlohmann::json r = {{"index", p.index}, {"key", p.key},        {"name", p.name},
+                        {"params", params}, {"build", build_id()}, {"runs", runs}};
+    if (!s.error.empty()) {
+      r["error"] = s.error;
+    } else if (s.search) {
+      const CapacitySearch::Result c = s.search->result();
+      r["capacity"] = {{"status", CapacitySearch::status_name(c.status)},
+                       {"rate", c.capacity},
+                       {"first_missed", c.first_bad},
+                       {"runs", c.runs}};
+    }
+    return r;
+  };
+  std::vector<nlohmann::json> results(states.size());
+  const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  // A queue of runs that threads take from; when a point's last outstanding run of a round ends,
+  // the thread that ran it records the round in probe order (so the search does not depend on
+  // the threads' timing), then queues the point's next probes or finishes the point. No barrier
+  // between points: a point's next round starts as soon as its own round ends.
+  struct Job {
+    size_t state;
+    double rate;
+  };
+  struct Round {
+    std::vector<double> rates;
+    std::vector<nlohmann::json> out;
+    std::vector<std::string> errors;
+    size_t outstanding = 0;
+  };
+  std::vector<Round> rounds(states.size());
+  std::deque<Job> queue;
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t runs_done = 0, points_done = 0, open_points = int64_t(states.size());
+  // Under mu: the point's next round queued, or the point finished.
+  const auto advance = [&](size_t i) {
+    State& s = states[i];
+    std::vector<double> rates = s.search ? s.search->next() : (s.started ? std::vector<double>{} : plan.rates);
+    s.started = true;
+    if (!s.error.empty()) rates.clear();  // a point stops at its first failed run; its result says why
+    if (rates.empty()) {
+      s.done = true;
+      ++points_done, --open_points;
+      results[i] = result_of(s);
+      if (o.on_point) o.on_point(results[i]);
+      cv.notify_all();
+      return;
+    }
+    rounds[i] =
+        Round{rates, std::vector<nlohmann::json>(rates.size()), std::vector<std::string>(rates.size()), rates.size()};
+    for (double r : rates) queue.push_back({i, r});
+    cv.notify_all();
+  };
+  {
+    std::lock_guard lock(mu);
+    for (size_t i = 0; i < states.size(); ++i) advance(i);
+  }
+  const auto worker = [&] {
+    std::unique_lock lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return !queue.empty() || open_points == 0; });
+      if (queue.empty()) return;
+      const Job job = queue.front();
+      queue.pop_front();
+      const SweepPoint& p = *states[job.state].point;
+      const std::shared_ptr<const Workload> parsed = states[job.state].parsed;  // read under mu
+      lock.unlock();
+      nlohmann::json result;
+      std::string error;
+      std::shared_ptr<const Workload> mine;
+      try {
+        std::optional<std::string> dir;
+        if (o.keep_dir) dir = fmt::format("{}/point-{}-rate-{}", *o.keep_dir, p.index, job.rate);
+        Workload w = point_workload(plan, p, job.rate, parsed.get());
+        if (!parsed) mine = std::make_shared<const Workload>(w);
+        result = simulate_point(std::move(w), job.rate, dir);
+      } catch (const std::exception& e) {
+        error = fmt::format("rate {}: {}", job.rate, e.what());
+      }
+      lock.lock();
+      if (mine && !states[job.state].parsed) states[job.state].parsed = std::move(mine);
+      Round& rd = rounds[job.state];
+      const size_t slot = size_t(std::find(rd.rates.begin(), rd.rates.end(), job.rate) - rd.rates.begin());
+      rd.out[slot] = std::move(result);
+      rd.errors[slot] = std::move(error);
+      ++runs_done;
+      if (--rd.outstanding == 0) {
+        State& s = states[job.state];
+        for (size_t k = 0; k < rd.rates.size(); ++k) {
+          if (!rd.errors[k].empty()) {
+            if (s.error.empty()) s.error = rd.errors[k];
+            continue;
+          }
+          nlohmann::json& run = rd.out[k];
+          if (plan.capacity) {
+            const SloVerdict v = meets_slo(plan.capacity->slo, run["_summary"]);
+            run["meets_slo"] = v.ok;
+            if (!v.ok) run["why"] = v.why;
+            s.search->record(rd.rates[k], v.ok);
+          }
+          run.erase("_summary");
+          s.runs.push_back(std::move(run));
+        }
+        advance(job.state);
+      }
+      if (o.progress) o.progress(runs_done, points_done, int64_t(states.size()));
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  return results;
+}
+
+}  // namespace tandem

@@ -1,0 +1,399 @@
+#include "sim/sweep_spec.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/json_strict.h"
+#include "sim/csv.h"
+#include "sim/version.h"
+#include "sim/yaml_reader.h"
+
+namespace tandem {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const std::string& path, const char* what) {
+  require_regular_file(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open {}", path, what));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string hex128(XXH128_hash_t h) { return fmt::format("{:016x}{:016x}", h.high64, h.low64); }
+
+// A grid value or a `set:` value as the text `--set` takes: a scalar as written, a mapping or a
+// sequence in YAML's flow style.
+std::string value_text(const Field& f) {
+  if (f.is_scalar()) return f.node().Scalar();
+  YAML::Emitter e;
+  e.SetMapFormat(YAML::Flow);
+  e.SetSeqFormat(YAML::Flow);
+  e << f.node();
+  return e.c_str();
+}
+
+// `set:` mappings: dotted keys (as --set) or nested mappings, flattened to overrides in order.
+void flatten_set(const Field& f, const std::string& prefix, std::vector<Override>& out) {
+  if (!f.is_map()) f.fail("expected a mapping of workload keys (dotted, as --set takes them) to values");
+  for (const auto& kv : f.node()) {
+    if (!kv.first.IsScalar()) f.fail("a key must be a plain name");
+    const std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
+    const Field v = f[kv.first.Scalar()];
+    if (!v.present()) v.fail("empty (give a value)");
+    out.push_back({key, value_text(v)});
+  }
+}
+
+std::string point_name(const std::string& config, const std::vector<Override>& grid_params) {
+  std::string s = config;
+  for (const auto& o : grid_params) s += (s.empty() ? "" : " ") + o.key + "=" + o.value;
+  return s.empty() ? "base" : s;
+}
+
+// Where every file a resolved workload names is, with its contents' hash: a trace or a profile
+// that changes changes the points that read it. Any scalar naming an existing regular file counts.
+void hash_referenced_files(const YAML::Node& n, std::map<std::string, std::string>& seen) {
+  if (n.IsScalar()) {
+    const std::string& s = n.Scalar();
+    std::error_code ec;
+    if (s.size() > 1 && s[0] == '/' && !seen.contains(s) && fs::is_regular_file(s, ec)) {
+      std::ifstream in(s, std::ios::binary);
+      XXH3_state_t* st = XXH3_createState();
+      XXH3_128bits_reset(st);
+      std::vector<char> buf(1 << 20);
+      while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0)
+        XXH3_128bits_update(st, buf.data(), size_t(in.gcount()));
+      seen[s] = hex128(XXH3_128bits_digest(st));
+      XXH3_freeState(st);
+    }
+  } else if (n.IsMap()) {
+    for (const auto& kv : n) hash_referenced_files(kv.second, seen);
+  } else if (n.IsSequence()) {
+    for (const auto& v : n) hash_referenced_files(v, seen);
+  }
+}
+
+std::string mode_text(const SweepSpec& s) {
+  if (!s.capacity) {
+    std::string t = "rates " + s.rate_key;
+    for (double r : s.rates) t += fmt::format(" {}", r);
+    return t;
+  }
+  const CapacitySpec& c = *s.capacity;
+  const auto opt = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string("-"); };
+  return fmt::format("capacity {} lo {} hi {} tol {} probes {} ttft {} tpot {} itl {} goodput {}", s.rate_key, c.lo,
+                     c.hi, c.tolerance, c.probes, opt(c.slo.ttft_p99_ms), opt(c.slo.tpot_p99_ms), opt(c.slo.itl_p99_ms),
+                     opt(c.slo.goodput_min));
+}
+
+}  // namespace
+
+std::string build_id() {
+  static const std::string id = [] {
+    std::ifstream in("/proc/self/exe", std::ios::binary);
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    std::vector<char> buf(1 << 20);
+    while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0)
+      XXH3_128bits_update(st, buf.data(), size_t(in.gcount()));
+    const std::string h = hex128(XXH3_128bits_digest(st));
+    XXH3_freeState(st);
+    return std::string(TANDEM_CODE_VERSION) + "/" + h.substr(0, 16);
+  }();
+  return id;
+}
+
+SweepSpec load_sweep(const std::string& path) {
+  const std::string text = read_text(path, "sweep file");
+  YamlSource src{path, {}, {}};
+  YAML::Node root = load_yaml_file_document(text, path, "a sweep");
+  if (!root.IsMap())
+    throw InputError(
+        fmt::format("{}:1:1: a sweep is a mapping of workload, set, configs, grid, and rates or capacity", path));
+  const Field top(root, "", &src);
+  top.refuse_tags(2 * int64_t(text.size()) + 16);
+  top.expect_map({"workload", "set", "configs", "grid", "rates", "capacity", "rate_key"});
+  SweepSpec s;
+  s.path = path;
+  if (!top.has("workload")) top["workload"].fail("missing: the base workload file (relative to this file's folder)");
+  s.workload_path = top["workload"].as_path();
+  top["workload"].require_file(s.workload_path, "the base workload");
+  s.workload_path = fs::absolute(s.workload_path).lexically_normal().string();
+  if (top.has("set")) flatten_set(top["set"], "", s.fixed);
+  if (top.has("configs")) {
+    std::set<std::string> names;
+    for (const Field& c : top["configs"].items()) {
+      c.expect_map({"name", "set"});
+      SweepSpec::Config cfg;
+      if (!c.has("name")) c["name"].fail("missing: each configuration has a name");
+      cfg.name = c["name"].as_string();
+      if (cfg.name.empty() || !names.insert(cfg.name).second) c["name"].fail("empty or given twice");
+      if (c.has("set")) flatten_set(c["set"], "", cfg.set);
+      s.configs.push_back(std::move(cfg));
+    }
+    if (s.configs.empty()) top["configs"].fail("an empty list (remove it for one configuration)");
+  }
+  if (top.has("grid")) {
+    const Field g = top["grid"];
+    if (!g.is_map()) g.fail("expected a mapping of workload keys to lists of values");
+    for (const auto& kv : g.node()) {
+      const Field axis = g[kv.first.Scalar()];
+      if (!axis.is_seq()) axis.fail("expected a list of values");
+      SweepSpec::Axis a{kv.first.Scalar(), {}};
+      for (const Field& v : axis.items()) {
+        if (!v.present()) v.fail("an empty value");
+        a.values.push_back(value_text(v));
+      }
+      if (a.values.empty()) axis.fail("an empty list");
+      s.grid.push_back(std::move(a));
+    }
+  }
+  const bool has_rates = top.has("rates"), has_cap = top.has("capacity");
+  if (has_rates == has_cap) top.fail("give exactly one of rates: [...] and capacity: {slo, lo, hi}");
+  if (has_rates) {
+    for (const Field& r : top["rates"].items()) {
+      s.rates.push_back(r.as_double(1e-9, 1e9));
+      if (std::count(s.rates.begin(), s.rates.end(), s.rates.back()) > 1) r.fail("given twice");
+    }
+    if (s.rates.empty()) top["rates"].fail("an empty list");
+  } else {
+    const Field c = top["capacity"];
+    c.expect_map({"slo", "lo", "hi", "tolerance", "probes"});
+    CapacitySpec cap;
+    if (!c.has("slo"))
+      c["slo"].fail("missing: what a rate must meet (ttft_p99_ms, tpot_p99_ms, itl_p99_ms, goodput_min)");
+    const Field slo = c["slo"];
+    slo.expect_map({"ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "goodput_min"});
+    if (slo.has("ttft_p99_ms")) cap.slo.ttft_p99_ms = slo["ttft_p99_ms"].as_double(1e-9, 1e12);
+    if (slo.has("tpot_p99_ms")) cap.slo.tpot_p99_ms = slo["tpot_p99_ms"].as_double(1e-9, 1e12);
+    if (slo.has("itl_p99_ms")) cap.slo.itl_p99_ms = slo["itl_p99_ms"].as_double(1e-9, 1e12);
+    if (slo.has("goodput_min")) cap.slo.goodput_min = slo["goodput_min"].as_double(1e-9, 1);
+    if (!cap.slo.ttft_p99_ms && !cap.slo.tpot_p99_ms && !cap.slo.itl_p99_ms && !cap.slo.goodput_min)
+      slo.fail("no term: give at least one of ttft_p99_ms, tpot_p99_ms, itl_p99_ms, goodput_min");
+    if (!c.has("lo") || !c.has("hi")) c.fail("missing lo or hi: the bracket of rates searched");
+    cap.lo = c["lo"].as_double(1e-9, 1e9);
+    cap.hi = c["hi"].as_double(1e-9, 1e9);
+    if (cap.hi <= cap.lo) c["hi"].fail(fmt::format("must be above lo ({})", cap.lo));
+    cap.tolerance = c.get_double("tolerance", cap.tolerance, 1e-6, 10);
+    cap.probes = int32_t(c.get_int("probes", cap.probes, 1, 64));
+    s.capacity = cap;
+  }
+  // The rate key: the arrival rate, or for a trace its rate_scale (a trace has no rate of its own).
+  Workload base = load_workload(s.workload_path, s.fixed);
+  if (top.has("rate_key")) {
+    s.rate_key = top["rate_key"].as_string();
+  } else if (base.requests.trace) {
+    s.rate_key = "requests.trace.rate_scale";
+  } else if (base.requests.arrival.kind == ArrivalSpec::Kind::Burst) {
+    top.fail(
+        "the base workload's arrivals are bursts, which have no rate: give rate_key (e.g. "
+        "requests.arrival.interval_s) or use a poisson, gamma or constant arrival process");
+  } else {
+    s.rate_key = "requests.arrival.rate";
+  }
+  if (s.capacity && s.capacity->slo.goodput_min && base.slo.ttft_ms <= 0 && base.slo.tpot_ms <= 0)
+    top["capacity"]["slo"]["goodput_min"].fail(
+        "goodput is the share of requests meeting the workload's slo: section (ttft_ms, tpot_ms), and the base "
+        "workload has none: add one to it (or to set:)");
+  // Each value on its own over the base, so that a bad one is named at its line here.
+  const auto check = [&](const Field& at, std::vector<Override> sets, const std::string& what) {
+    try {
+      (void)load_workload(s.workload_path, sets);
+    } catch (const InputError& e) {
+      at.fail(fmt::format("{} makes the workload invalid: {}", what, e.what()));
+    }
+  };
+  const double probe_rate = s.capacity ? s.capacity->lo : s.rates.front();
+  {
+    auto sets = s.fixed;
+    sets.push_back({s.rate_key, fmt::format("{}", probe_rate)});
+    check(top.has("rate_key") ? top["rate_key"] : (has_rates ? top["rates"] : top["capacity"]["lo"]), sets,
+          fmt::format("{}={}", s.rate_key, probe_rate));
+  }
+  for (size_t i = 0; i < s.configs.size(); ++i) {
+    auto sets = s.fixed;
+    sets.insert(sets.end(), s.configs[i].set.begin(), s.configs[i].set.end());
+    check(top["configs"].items()[i], sets, fmt::format("configuration '{}'", s.configs[i].name));
+  }
+  for (const auto& a : s.grid) {
+    const auto items = top["grid"][a.key].items();
+    for (size_t i = 0; i < a.values.size(); ++i) {
+      auto sets = s.fixed;
+      sets.push_back({a.key, a.values[i]});
+      check(items[i], sets, fmt::format("{}={}", a.key, a.values[i]));
+    }
+  }
+  return s;
+}
+
+std::vector<SweepPoint> expand_points(const SweepSpec& spec) {
+  std::vector<SweepSpec::Config> configs = spec.configs;
+  if (configs.empty()) configs.push_back({"", {}});
+  size_t combos = 1;
+  for (const auto& a : spec.grid) {
+    combos *= a.values.size();
+    if (combos * configs.size() > 1'000'000)
+      throw InputError(fmt::format("{}: the grid has more than 1,000,000 points; split the sweep", spec.path));
+  }
+  const std::string mode = mode_text(spec);
+  std::map<std::string, std::string> file_hashes;
+  std::vector<SweepPoint> out;
+  for (const auto& cfg : configs)
+    for (size_t c = 0; c < combos; ++c) {
+      SweepPoint p;
+      p.index = int64_t(out.size());
+      std::vector<Override> grid_params;
+      size_t rest = c;
+      for (auto a = spec.grid.rbegin(); a != spec.grid.rend(); ++a) {  // the last axis varies fastest
+        grid_params.insert(grid_params.begin(), {a->key, a->values[rest % a->values.size()]});
+        rest /= a->values.size();
+      }
+      p.name = point_name(cfg.name, grid_params);
+      p.params = cfg.set;
+      p.params.insert(p.params.end(), grid_params.begin(), grid_params.end());
+      auto sets = spec.fixed;
+      sets.insert(sets.end(), p.params.begin(), p.params.end());
+      Workload w;
+      try {
+        w = load_workload(spec.workload_path, sets);
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("{}: point {} ({}): {}", spec.path, p.index, p.name, e.what()));
+      }
+      if (spec.capacity && spec.capacity->slo.goodput_min && w.slo.ttft_ms <= 0 && w.slo.tpot_ms <= 0)
+        throw InputError(fmt::format("{}: point {} ({}): capacity.slo.goodput_min: its workload has no slo: section",
+                                     spec.path, p.index, p.name));
+      p.workload_yaml = to_yaml(w);
+      hash_referenced_files(YAML::Load(p.workload_yaml), file_hashes);
+      std::string id = build_id() + "\n" + mode + "\n" + p.workload_yaml;
+      for (const auto& [f, h] : file_hashes)
+        if (p.workload_yaml.find(f) != std::string::npos) id += "\n" + f + " " + h;
+      p.key = hex128(XXH3_128bits(id.data(), id.size())).substr(0, 24);
+      out.push_back(std::move(p));
+    }
+  return out;
+}
+
+namespace {
+nlohmann::json capacity_json(const CapacitySpec& c) {
+  nlohmann::json slo = nlohmann::json::object();
+  if (c.slo.ttft_p99_ms) slo["ttft_p99_ms"] = *c.slo.ttft_p99_ms;
+  if (c.slo.tpot_p99_ms) slo["tpot_p99_ms"] = *c.slo.tpot_p99_ms;
+  if (c.slo.itl_p99_ms) slo["itl_p99_ms"] = *c.slo.itl_p99_ms;
+  if (c.slo.goodput_min) slo["goodput_min"] = *c.slo.goodput_min;
+  return {{"slo", slo}, {"lo", c.lo}, {"hi", c.hi}, {"tolerance", c.tolerance}, {"probes", c.probes}};
+}
+}  // namespace
+
+SweepPlan plan_from(const SweepSpec& spec, std::vector<SweepPoint> points) {
+  SweepPlan p;
+  p.sweep_path = spec.path;
+  p.workload_path = spec.workload_path;
+  p.rate_key = spec.rate_key;
+  p.rates = spec.rates;
+  p.capacity = spec.capacity;
+  for (const auto& pt : points)
+    for (const auto& o : pt.params)
+      if (std::find(p.param_keys.begin(), p.param_keys.end(), o.key) == p.param_keys.end())
+        p.param_keys.push_back(o.key);
+  p.points = std::move(points);
+  return p;
+}
+
+nlohmann::json plan_json(const SweepSpec& spec, const std::vector<SweepPoint>& points) {
+  nlohmann::json j;
+  j["format"] = "tandem-sweep-plan";
+  j["version"] = 1;
+  j["sweep"] = fs::absolute(spec.path).lexically_normal().string();
+  j["workload_path"] = spec.workload_path;
+  j["build"] = build_id();
+  j["rate_key"] = spec.rate_key;
+  if (spec.capacity)
+    j["capacity"] = capacity_json(*spec.capacity);
+  else
+    j["rates"] = spec.rates;
+  j["count"] = points.size();
+  nlohmann::json pts = nlohmann::json::array();
+  for (const auto& p : points) {
+    nlohmann::json params = nlohmann::json::array();
+    for (const auto& o : p.params) params.push_back({o.key, o.value});
+    pts.push_back(
+        {{"index", p.index}, {"key", p.key}, {"name", p.name}, {"params", params}, {"workload", p.workload_yaml}});
+  }
+  j["points"] = pts;
+  return j;
+}
+
+SweepPlan read_plan(const std::string& path) {
+  const std::string text = read_text(path, "sweep plan");
+  nlohmann::json j;
+  try {
+    j = parse_json_strict(text);
+  } catch (const JsonDuplicateKey& e) {
+    throw InputError(fmt::format("{}: key '{}' appears twice in one object", path, e.key));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
+  const auto bad = [&](const std::string& what) -> InputError {
+    return InputError(fmt::format("{}: {} (not a plan written by tandem sweep plan)", path, what));
+  };
+  if (!j.is_object() || j.value("format", "") != "tandem-sweep-plan") throw bad("no 'format': 'tandem-sweep-plan'");
+  if (j.value("version", 0) != 1) throw bad("unknown version (this build reads version 1)");
+  SweepPlan p;
+  try {
+    p.sweep_path = j.at("sweep").get<std::string>();
+    p.rate_key = j.at("rate_key").get<std::string>();
+    if (j.contains("capacity")) {
+      const auto& c = j.at("capacity");
+      CapacitySpec cap;
+      const auto& slo = c.at("slo");
+      if (slo.contains("ttft_p99_ms")) cap.slo.ttft_p99_ms = slo.at("ttft_p99_ms").get<double>();
+      if (slo.contains("tpot_p99_ms")) cap.slo.tpot_p99_ms = slo.at("tpot_p99_ms").get<double>();
+      if (slo.contains("itl_p99_ms")) cap.slo.itl_p99_ms = slo.at("itl_p99_ms").get<double>();
+      if (slo.contains("goodput_min")) cap.slo.goodput_min = slo.at("goodput_min").get<double>();
+      cap.lo = c.at("lo").get<double>();
+      cap.hi = c.at("hi").get<double>();
+      cap.tolerance = c.at("tolerance").get<double>();
+      cap.probes = c.at("probes").get<int32_t>();
+      if (!(cap.lo > 0 && cap.hi > cap.lo && cap.tolerance > 0 && cap.probes >= 1 && cap.probes <= 64))
+        throw bad("capacity: lo, hi, tolerance or probes out of range");
+      p.capacity = cap;
+    } else {
+      p.rates = j.at("rates").get<std::vector<double>>();
+      if (p.rates.empty()) throw bad("no rates");
+    }
+    p.workload_path = j.at("workload_path").get<std::string>();
+    for (const auto& pt : j.at("points")) {
+      SweepPoint sp;
+      sp.index = pt.at("index").get<int64_t>();
+      if (sp.index != int64_t(p.points.size())) throw bad(fmt::format("point {} out of order", sp.index));
+      sp.key = pt.at("key").get<std::string>();
+      sp.name = pt.at("name").get<std::string>();
+      for (const auto& kv : pt.at("params"))
+        sp.params.push_back({kv.at(0).get<std::string>(), kv.at(1).get<std::string>()});
+      sp.workload_yaml = pt.at("workload").get<std::string>();
+      p.points.push_back(std::move(sp));
+    }
+    if (j.at("count").get<size_t>() != p.points.size()) throw bad("'count' differs from the number of points");
+  } catch (const nlohmann::json::exception& e) {
+    throw bad(fmt::format("malformed: {}", e.what()));
+  }
+  for (const auto& pt : p.points)
+    for (const auto& o : pt.params)
+      if (std::find(p.param_keys.begin(), p.param_keys.end(), o.key) == p.param_keys.end())
+        p.param_keys.push_back(o.key);
+  return p;
+}
+
+}  // namespace tandem

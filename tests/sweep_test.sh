@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# `tandem sweep`: bad sweep files (exit 2, file:line:column and the field), a capacity search on
+# a workload whose capacity is known, rates that match `tandem run`, resumption, the same
+# results from plan + run slices + collect as from one local sweep, and from 1 or 2 threads.
+# Usage: sweep_test.sh TANDEM_BINARY SOURCE_DIR
+set -u
+tandem=$1
+src=$(cd "$2" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+passes=0
+scale=${TANDEM_TEST_TIME_SCALE:-1}
+if [ -z "${TANDEM_TEST_TIME_SCALE:-}" ] && ldd "$tandem" 2>/dev/null | grep -q libasan; then scale=5; fi
+limit=$((120 * scale))
+
+fail() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
+ok() { passes=$((passes + 1)); }
+
+# expect STATUS PATTERN -- ARGS...: exit status and a pattern in stdout+stderr.
+expect() {
+  local want=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$(timeout "$limit" "$tandem" "$@" 2>&1)
+  rc=$?
+  if ! [[ $rc =~ ^($want)$ ]] || ! grep -qE -- "$pattern" <<<"$out"; then
+    fail "tandem $* -> exit $rc (want $want), output:"
+    echo "$out" | head -8 | sed 's/^/    /'
+    echo "    (wanted /$pattern/)"
+  else
+    ok
+  fi
+}
+
+d=$src/tests/data/sweep
+bad=$d/bad
+expect 2 "unknown_key.yaml:2:1: field 'grdi': unknown field" -- sweep "$bad/unknown_key.yaml" --out "$tmp/x"
+expect 2 "both_modes.yaml:1:1: .*give exactly one of rates" -- sweep "$bad/both_modes.yaml" --out "$tmp/x"
+expect 2 "bad_grid_value.yaml:3:28: field 'grid.engine.max_num_seqs\[1\]': engine.max_num_seqs=-1 makes the workload invalid: .*out of range" -- sweep "$bad/bad_grid_value.yaml" --out "$tmp/x"
+expect 2 "unknown_grid_key.yaml:3:24: .*field 'engine.max_num_seq': unknown field" -- sweep "$bad/unknown_grid_key.yaml" --out "$tmp/x"
+expect 2 "hi_below_lo.yaml:5:7: field 'capacity.hi': must be above lo" -- sweep "$bad/hi_below_lo.yaml" --out "$tmp/x"
+expect 2 "missing_workload.yaml:1:11: field 'workload': .*cannot open" -- sweep "$bad/missing_workload.yaml" --out "$tmp/x"
+expect 2 "duplicate_rate.yaml:2:17: field 'rates\[2\]': given twice" -- sweep "$bad/duplicate_rate.yaml" --out "$tmp/x"
+expect 2 "empty_axis.yaml:3:24: field 'grid.engine.max_num_seqs': an empty list" -- sweep "$bad/empty_axis.yaml" --out "$tmp/x"
+expect 2 "unknown_slo_term.yaml:3:9: field 'capacity.slo.ttfp_p99_ms': unknown field" -- sweep "$bad/unknown_slo_term.yaml" --out "$tmp/x"
+expect 2 "bad_config.yaml:3:5: field 'configs\[0\]': configuration 'a' makes the workload invalid: .*unknown policy" -- sweep "$bad/bad_config.yaml" --out "$tmp/x"
+expect 2 "goodput_without_slo.yaml:3:22: field 'capacity.slo.goodput_min': .*the base workload has none" -- sweep "$bad/goodput_without_slo.yaml" --out "$tmp/x"
+expect 2 "sweep: missing SWEEP.yaml" -- sweep
+expect 0 "tandem sweep plan SWEEP.yaml" -- sweep --help
+expect 2 "plan.json: cannot open" -- sweep run "$tmp/none" --index 0
+expect 2 "plan.json: cannot open" -- sweep collect "$tmp/none"
+
+# A known capacity: 1 ms steps, one request at a time; TTFT p99 <= 1.5 ms holds up to 1000.25
+# req/s (tests/data/sweep/fixed_step.yaml). The search brackets it within its tolerance (1 %).
+expect 0 "base .* found" -- sweep "$d/fixed_step_capacity.yaml" --out "$tmp/fixed"
+python3 - "$tmp/fixed/capacity.csv" <<'PY' && ok || fail "known capacity: not found within the tolerance"
+import csv, sys
+row = list(csv.DictReader(open(sys.argv[1])))[0]
+cap, missed, runs = float(row["capacity"]), float(row["first_missed"]), int(row["runs"])
+print("fixed_step capacity %.3f, first missed %.3f, %d runs" % (cap, missed, runs))
+assert row["status"] == "found", row
+assert 1000 * 0.99 <= cap <= 1000.25, cap
+assert 1000.25 < missed <= cap * 1.01, (cap, missed)
+assert runs == 2 + 9, runs  # 2 ends, then ceil(log2(ln(50) / ln(1.01))) = 9 halvings
+assert row["limited_by"].startswith("ttft_p99_ms"), row
+PY
+
+# Rates: each row is what `tandem run` at that rate reports.
+cat >"$tmp/rates.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 200}
+grid:
+  engine.max_num_seqs: [8, 64]
+rates: [2, 30]
+EOF
+expect 0 "max_num_seqs=64 +30" -- sweep "$tmp/rates.yaml" --out "$tmp/rates" -j 2
+timeout "$limit" "$tandem" run "$src/workloads/quickstart.yaml" --set requests.count=200 --set engine.max_num_seqs=8 \
+  --set requests.arrival.rate=30 --out "$tmp/run8" --quiet --trace none || fail "tandem run for the rates check"
+python3 - "$tmp/rates/results.csv" "$tmp/run8/summary.json" <<'PY' && ok || fail "rates: a sweep row differs from tandem run"
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 4, len(rows)
+row = [r for r in rows if r["engine.max_num_seqs"] == "8" and float(r["rate"]) == 30][0]
+s = json.load(open(sys.argv[2]))
+for k in ("ttft_ms.p99", "tpot_ms.p50", "itl_ms.p99", "e2e_ms.mean", "throughput.requests_per_s", "steps"):
+    a, b = k.split(".") if "." in k else (k, None)
+    want = s[a][b] if b else s[a]
+    assert abs(float(row[k]) - want) <= 1e-9 * max(1, abs(want)), (k, row[k], want)
+assert int(row["requests.finished"]) == s["requests"]["finished"]
+PY
+
+# Resumption: the same sweep again runs nothing; a new grid value runs only its points; --force all.
+expect 0 "sweep: 2 points \(2 reused .*\), 0 runs" -- sweep "$tmp/rates.yaml" --out "$tmp/rates"
+sed -i 's/\[8, 64\]/[8, 64, 16]/' "$tmp/rates.yaml"
+expect 0 "sweep: 3 points \(2 reused .*\), 2 runs" -- sweep "$tmp/rates.yaml" --out "$tmp/rates"
+expect 0 "sweep: 3 points \(0 reused .*\), 6 runs" -- sweep "$tmp/rates.yaml" --out "$tmp/rates" --force
+# A file the workload reads changes: the points that read it run again.
+sed "s|prompt_len: {dist: uniform, min: 4, max: 4}|prompt_len: {dist: empirical, path: lens.csv, column: len}|" \
+  "$d/fixed_step.yaml" >"$tmp/fs.yaml"
+printf 'len\n4\n' >"$tmp/lens.csv"
+printf 'workload: fs.yaml\nrates: [10, 20]\n' >"$tmp/fsr.yaml"
+expect 0 "1 points \(0 reused" -- sweep "$tmp/fsr.yaml" --out "$tmp/fsr"
+expect 0 "1 points \(1 reused" -- sweep "$tmp/fsr.yaml" --out "$tmp/fsr"
+printf 'len\n5\n' >"$tmp/lens.csv"
+expect 0 "1 points \(0 reused .*\), 2 runs" -- sweep "$tmp/fsr.yaml" --out "$tmp/fsr"
+
+# plan -> run slices -> collect gives the local sweep's tables, byte for byte; so do 1 and 2 threads.
+cat >"$tmp/cap.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 300}
+configs:
+  - name: small
+    set: {engine.max_num_seqs: 8}
+  - name: large
+    set: {engine.max_num_seqs: 128}
+grid:
+  engine.enable_chunked_prefill: [false, true]
+capacity:
+  slo: {ttft_p99_ms: 2000, tpot_p99_ms: 60}
+  lo: 1
+  hi: 200
+  tolerance: 0.05
+EOF
+expect 0 "small engine.enable_chunked_prefill=false" -- sweep "$tmp/cap.yaml" --out "$tmp/cap1" -j 1
+expect 0 "found" -- sweep "$tmp/cap.yaml" --out "$tmp/cap2" -j 2
+cmp -s "$tmp/cap1/results.csv" "$tmp/cap2/results.csv" && cmp -s "$tmp/cap1/capacity.csv" "$tmp/cap2/capacity.csv" && ok ||
+  fail "1 and 2 threads give different results"
+expect 0 "4 points: .*plan.json" -- sweep plan "$tmp/cap.yaml" --out "$tmp/cl"
+expect 2 "--index 4: the plan has points 0..3" -- sweep run "$tmp/cl" --index 4
+expect 0 "" -- sweep run "$tmp/cl" --index 0 --count 2 -j 1
+expect 1 "2 point\(s\) without a complete result: 2, 3" -- sweep collect "$tmp/cl"
+out=$(timeout "$limit" "$tandem" sweep run "$tmp/cl" --index 2 --count 5 --stdout 2>/dev/null)
+[ "$(ls "$tmp/cl/results" | wc -l)" = 2 ] && ok || fail "sweep run --stdout wrote into the plan folder"
+python3 -c "import json,sys; a=json.loads(sys.argv[1]); assert [p['index'] for p in a]==[2,3], a" "$out" && ok ||
+  fail "sweep run --stdout: not one JSON array of points 2 and 3"
+printf '%s\n' "$out" >"$tmp/cl/results/slice-2.json"
+expect 0 "found" -- sweep collect "$tmp/cl"
+cmp -s "$tmp/cap1/results.csv" "$tmp/cl/results.csv" && cmp -s "$tmp/cap1/capacity.csv" "$tmp/cl/capacity.csv" && ok ||
+  fail "plan + run + collect differs from the local sweep"
+
+# A row whose requests did not all finish says so (its percentiles are over fewer requests).
+cat >"$tmp/fail.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 100}
+grid:
+  model.max_model_len: [4096, 600]
+rates: [5]
+EOF
+expect 0 "\* not every request finished" -- sweep "$tmp/fail.yaml" --out "$tmp/fail"
+grep -q "latencies over the finished only" "$tmp/fail/results.csv" && ok || fail "results.csv: no note on the unfinished row"
+
+echo "sweep: $passes passed, $fails failed"
+[ "$fails" = 0 ]
