@@ -221,7 +221,7 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
     if (any_unfinished)
       fmt::print(table,
                  "* not every request finished: that row's latencies are over fewer requests than a complete row's; "
-                 "--keep-runs DIR keeps each run's folder, and `tandem compare A B` compares two of them on the "
+                 "--keep-runs keeps each run's folder (DIR/runs), and `tandem compare A B` compares two of them on the "
                  "requests both finished\n");
   }
   return missing;

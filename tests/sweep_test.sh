@@ -152,6 +152,9 @@ rates: [5]
 EOF
 expect 0 "\* not every request finished" -- sweep "$tmp/fail.yaml" --out "$tmp/fail"
 grep -q "latencies over the finished only" "$tmp/fail/results.csv" && ok || fail "results.csv: no note on the unfinished row"
+# --keep-runs keeps each run's folder, which `tandem compare` compares on the requests both finished.
+expect 0 "not every request finished" -- sweep "$tmp/fail.yaml" --out "$tmp/keep" --keep-runs
+expect 0 "over the [0-9]+ requests both finished" -- compare "$tmp/keep/runs/point-0-rate-5" "$tmp/keep/runs/point-1-rate-5"
 
 echo "sweep: $passes passed, $fails failed"
 [ "$fails" = 0 ]
