@@ -59,19 +59,9 @@ std::vector<std::byte> block_of(const std::vector<std::byte>& buf, size_t i, int
   return {buf.begin() + ptrdiff_t(i * size_t(block_bytes)), buf.begin() + ptrdiff_t((i + 1) * size_t(block_bytes))};
 }
 
-// As sim/main.cpp's: the CUDA executor of a workload, its options from the engine section.
+// The CUDA executor of a workload, its options from the engine section (sim/executors.h).
 std::unique_ptr<executor_i> cuda_executor_for(Workload& w) {
-  const EngineSpec& e = w.engine;
-  return cuda::make_cuda_executor(w.model, w.seed,
-                                  {.kv_blocks = e.resolved_kv_blocks,
-                                   .block_size = e.block_size,
-                                   .tp = e.tp,
-                                   .device = e.device,
-                                   .deterministic = e.deterministic,
-                                   .cuda_graph = e.cuda_graph,
-                                   .mma_attention = e.cuda_attention == "mma",
-                                   .max_step_tokens = e.max_num_batched_tokens,
-                                   .max_step_seqs = e.max_num_seqs});
+  return cuda::make_cuda_executor(w.model, w.seed, cuda_executor_options(w.engine));
 }
 
 // Empty if every request decoded the same tokens, else the first request and position that differ
