@@ -3,7 +3,7 @@
 
 Usage: sweep_cluster_test.py SOURCE_DIR TANDEM
 
-Starts `ray start --head --port=0 --num-cpus 2 --block` from SOURCE_DIR/.venv-sweep in a session
+Starts `ray start --head --port=P --num-cpus 2 --node-ip-address=127.0.0.1 --block` (loopback only) from SOURCE_DIR/.venv-sweep in a session
 of its own (temporary --temp-dir), then:
   run       a 7-point plan, --slice 2 (4 tasks, the last of one point), tandem behind a logging
             shim: exit 0; results/slice-{0,2,4,6}.json each exactly its points; the shim saw each
@@ -28,6 +28,7 @@ import re
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,7 +46,18 @@ class Cluster:
 
     def __init__(self, venv, tmp):
         self.log = os.path.join(tmp, "ray-start.log")
-        cmd = [os.path.join(venv, "bin", "ray"), "start", "--head", "--port=0", "--num-cpus=2",
+        # Loopback only: every address of the cluster, the driver's and the workers' is 127.0.0.1.
+        # Ray's own switch for a one-machine cluster (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, set in
+        # this process's environment, which ray start, sweep-ray and the workers inherit) makes
+        # it use the loopback address; otherwise it takes the machine's interface address,
+        # whatever --node-ip-address says. It then prints no join command, so the GCS port is
+        # chosen here.
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        cmd = [os.path.join(venv, "bin", "ray"), "start", "--head", "--port=%d" % port, "--num-cpus=2",
+               "--node-ip-address=127.0.0.1",
                "--temp-dir", os.path.join(tmp, "ray"), "--object-store-memory", str(100 * 1000 * 1000),
                "--include-dashboard=false", "--disable-usage-stats", "--block"]
         t0 = time.time()
@@ -54,9 +66,8 @@ class Cluster:
                                          env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
         self.address = None
         while time.time() - t0 < 60 and self.proc.poll() is None:
-            m = re.search(r"ray start --address='([^']+)'", open(self.log).read())
-            if m:
-                self.address = m.group(1)
+            if "Ray runtime started" in open(self.log).read():
+                self.address = "127.0.0.1:%d" % port
                 break
             time.sleep(0.2)
         self.start_s = time.time() - t0
