@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/json_strict.h"
+#include "core/utf8.h"
 #include "sim/csv.h"
 #include "sim/version.h"
 #include "sim/yaml_reader.h"
@@ -117,6 +118,14 @@ std::string build_id() {
 
 SweepSpec load_sweep(const std::string& path) {
   const std::string text = read_text(path, "sweep file");
+  // Its names and values go into JSON (plan.json, results.json), which holds UTF-8 only.
+  if (const size_t bad = first_invalid_utf8(text); bad != std::string::npos) {
+    const size_t line_start = text.rfind('\n', bad == 0 ? 0 : bad - 1);
+    const size_t col = line_start == std::string::npos ? bad + 1 : bad - line_start;
+    throw InputError(fmt::format("{}:{}:{}: not UTF-8 text (byte 0x{:02x})", path,
+                                 1 + std::count(text.begin(), text.begin() + std::ptrdiff_t(bad), '\n'), col,
+                                 static_cast<unsigned char>(text[bad])));
+  }
   YamlSource src{path, {}, {}};
   YAML::Node root = load_yaml_file_document(text, path, "a sweep");
   if (!root.IsMap())
@@ -275,6 +284,10 @@ std::vector<SweepPoint> expand_points(const SweepSpec& spec) {
         throw InputError(fmt::format("{}: point {} ({}): capacity.slo.goodput_min: its workload has no slo: section",
                                      spec.path, p.index, p.name));
       p.workload_yaml = to_yaml(w);
+      if (first_invalid_utf8(p.workload_yaml) != std::string::npos)
+        throw InputError(fmt::format("{}: point {} ({}): the workload {} holds text that is not UTF-8 (plan.json "
+                                     "holds UTF-8 only)",
+                                     spec.path, p.index, p.name, spec.workload_path));
       hash_referenced_files(YAML::Load(p.workload_yaml), file_hashes);
       std::string id = build_id() + "\n" + mode + "\n" + p.workload_yaml;
       for (const auto& [f, h] : file_hashes)

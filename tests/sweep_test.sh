@@ -49,6 +49,7 @@ expect 2 "empty_axis.yaml:3:24: field 'grid.engine.max_num_seqs': an empty list"
 expect 2 "unknown_slo_term.yaml:3:9: field 'capacity.slo.ttfp_p99_ms': unknown field" -- sweep "$bad/unknown_slo_term.yaml" --out "$tmp/x"
 expect 2 "bad_config.yaml:3:5: field 'configs\[0\]': configuration 'a' makes the workload invalid: .*unknown policy" -- sweep "$bad/bad_config.yaml" --out "$tmp/x"
 expect 2 "goodput_without_slo.yaml:3:22: field 'capacity.slo.goodput_min': .*the base workload has none" -- sweep "$bad/goodput_without_slo.yaml" --out "$tmp/x"
+expect 2 "not_utf8.yaml:3:14: not UTF-8 text \\(byte 0xe9\\)" -- sweep "$bad/not_utf8.yaml" --out "$tmp/x"
 expect 2 "sweep: missing SWEEP.yaml" -- sweep
 expect 0 "tandem sweep plan SWEEP.yaml" -- sweep --help
 expect 2 "plan.json: cannot open" -- sweep run "$tmp/none" --index 0

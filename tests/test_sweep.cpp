@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 
+#include "core/utf8.h"
 #include "sim/sweep_search.h"
 
 using namespace tandem;
@@ -106,4 +107,16 @@ TEST_CASE("meets_slo: each term, the first missed named; no finished request nev
   nlohmann::json none = s;
   none["requests"]["finished"] = 0;
   CHECK(meets_slo(slo, none).why == "no request finished");
+}
+
+TEST_CASE("first_invalid_utf8: where text stops being UTF-8 (sweep files and plans hold UTF-8 only)") {
+  using std::string_view;
+  CHECK(first_invalid_utf8("plain ascii") == string_view::npos);
+  CHECK(first_invalid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") == string_view::npos);  // é € 😀
+  CHECK(first_invalid_utf8("ab\x94") == 2);              // a lone continuation byte
+  CHECK(first_invalid_utf8("caf\xe9!") == 3);            // Latin-1, not UTF-8
+  CHECK(first_invalid_utf8("x\xc3") == 1);               // cut short
+  CHECK(first_invalid_utf8("\xc0\xaf") == 0);            // overlong '/'
+  CHECK(first_invalid_utf8("\xed\xa0\x80") == 0);        // a surrogate
+  CHECK(first_invalid_utf8("\xf4\x90\x80\x80") == 0);    // past U+10FFFF
 }
