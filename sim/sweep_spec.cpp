@@ -34,6 +34,19 @@ std::string read_text(const std::string& path, const char* what) {
 
 std::string hex128(XXH128_hash_t h) { return fmt::format("{:016x}{:016x}", h.high64, h.low64); }
 
+// XXH3-128 of a file's bytes, read in 1 MiB pieces.
+std::string file_hash(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  std::vector<char> buf(1 << 20);
+  while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0)
+    XXH3_128bits_update(st, buf.data(), size_t(in.gcount()));
+  const std::string h = hex128(XXH3_128bits_digest(st));
+  XXH3_freeState(st);
+  return h;
+}
+
 // A grid value or a `set:` value as the text `--set` takes: a scalar as written, a mapping or a
 // sequence in YAML's flow style.
 std::string value_text(const Field& f) {
@@ -69,16 +82,7 @@ void hash_referenced_files(const YAML::Node& n, std::map<std::string, std::strin
   if (n.IsScalar()) {
     const std::string& s = n.Scalar();
     std::error_code ec;
-    if (s.size() > 1 && s[0] == '/' && !seen.contains(s) && fs::is_regular_file(s, ec)) {
-      std::ifstream in(s, std::ios::binary);
-      XXH3_state_t* st = XXH3_createState();
-      XXH3_128bits_reset(st);
-      std::vector<char> buf(1 << 20);
-      while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0)
-        XXH3_128bits_update(st, buf.data(), size_t(in.gcount()));
-      seen[s] = hex128(XXH3_128bits_digest(st));
-      XXH3_freeState(st);
-    }
+    if (s.size() > 1 && s[0] == '/' && !seen.contains(s) && fs::is_regular_file(s, ec)) seen[s] = file_hash(s);
   } else if (n.IsMap()) {
     for (const auto& kv : n) hash_referenced_files(kv.second, seen);
   } else if (n.IsSequence()) {
@@ -102,17 +106,7 @@ std::string mode_text(const SweepSpec& s) {
 }  // namespace
 
 std::string build_id() {
-  static const std::string id = [] {
-    std::ifstream in("/proc/self/exe", std::ios::binary);
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_128bits_reset(st);
-    std::vector<char> buf(1 << 20);
-    while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0)
-      XXH3_128bits_update(st, buf.data(), size_t(in.gcount()));
-    const std::string h = hex128(XXH3_128bits_digest(st));
-    XXH3_freeState(st);
-    return std::string(TANDEM_CODE_VERSION) + "/" + h.substr(0, 16);
-  }();
+  static const std::string id = std::string(TANDEM_CODE_VERSION) + "/" + file_hash("/proc/self/exe").substr(0, 16);
   return id;
 }
 
@@ -285,9 +279,10 @@ std::vector<SweepPoint> expand_points(const SweepSpec& spec) {
                                      spec.path, p.index, p.name));
       p.workload_yaml = to_yaml(w);
       if (first_invalid_utf8(p.workload_yaml) != std::string::npos)
-        throw InputError(fmt::format("{}: point {} ({}): the workload {} holds text that is not UTF-8 (plan.json "
-                                     "holds UTF-8 only)",
-                                     spec.path, p.index, p.name, spec.workload_path));
+        throw InputError(
+            fmt::format("{}: point {} ({}): the workload {} holds text that is not UTF-8 (plan.json "
+                        "holds UTF-8 only)",
+                        spec.path, p.index, p.name, spec.workload_path));
       hash_referenced_files(YAML::Load(p.workload_yaml), file_hashes);
       std::string id = build_id() + "\n" + mode + "\n" + p.workload_yaml;
       for (const auto& [f, h] : file_hashes)
