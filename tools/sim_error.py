@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
-"""Simulated vs measured: the error table of tools/sim-vs-measured and tools/device-calibrate.
+"""Simulated vs measured: the error table of tools/sim-vs-measured and tools/device-calibrate,
+judged against the machine's own noise.
 
-  tools/sim_error.py CASE_DIR...        each CASE_DIR holds measured_1..N/ and simulated/ run folders
+  tools/sim_error.py [--json FILE] CASE_DIR...   each CASE_DIR holds measured_1..N/ and simulated/ run folders
+  tools/sim_error.py --max-spread CASE_DIR       prints the largest measured spread of the case (a fraction)
 
 For each case: TTFT and TPOT (mean, p99) measured (median of the repetitions, with their spread
-(max - min) / median) and simulated, and the simulation's error against the measured median.
+(max - min) / median) and simulated, the simulation's error against the measured median, and the
+verdict. The target is the machine's noise floor: |error| within max(5 %, spread) for a mean and
+max(10 %, spread) for a p99. A figure whose spread is above 15 % is "noisy": it is shown but not
+counted either way (tools/sim-vs-measured measures such a case again first). A case with one
+measured run has no spread: its target is the fixed floor, and the verdict says so.
 Then, over every measured repetition, the per-step prediction error (steps.csv: predicted_ms,
 the cost model's price of the step, against elapsed_ms) by kind: decode-only, prefill-only,
 mixed; median, p90 and max of |error|, and the median signed error.
 Standard library only (tools/tandem_tools.py).
 """
 import csv
+import json
 import os
 import statistics
 import sys
@@ -19,6 +26,32 @@ sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import tandem_tools as tt  # noqa: E402
 
 KEYS = ["ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99"]
+FLOOR = {"mean": 0.05, "p99": 0.10}  # the fixed part of the target, by statistic
+NOISY = 0.15                         # a measured spread above this is not counted
+
+
+def floor_of(key):
+    return FLOOR["p99"] if key.endswith("_p99") else FLOOR["mean"]
+
+
+def spread_of(values):
+    """(max - min) / median of the measured repetitions; nan with fewer than two."""
+    vals = [v for v in values if v is not None and not tt.is_nan(v)]
+    if len(vals) < 2:
+        return tt.NAN
+    m = statistics.median(vals)
+    return (max(vals) - min(vals)) / m if m else tt.NAN
+
+
+def judge(error, spread, key):
+    """(target, verdict) of one figure: verdict is met, missed, noisy (spread above NOISY: not
+    counted) or '-' (no error to judge). With no spread (one run) the target is the floor."""
+    target = floor_of(key) if tt.is_nan(spread) else max(floor_of(key), spread)
+    if tt.is_nan(error):
+        return target, "-"
+    if not tt.is_nan(spread) and spread > NOISY:
+        return target, "noisy"
+    return target, "met" if abs(error) <= target else "missed"
 
 
 def step_errors(run_dirs):
@@ -37,39 +70,154 @@ def step_errors(run_dirs):
     return kinds
 
 
+def measured_dirs(case, failed=None):
+    """The case's measured runs that finished (a summary.json); those that did not go to `failed`."""
+    out = []
+    for d in sorted((d for d in os.listdir(case) if d.startswith("measured_")),
+                    key=lambda d: int(d.split("_")[1]) if d.split("_")[1].isdigit() else 0):
+        if os.path.exists(os.path.join(case, d, "summary.json")):
+            out.append(d)
+        elif failed is not None:
+            failed.append(os.path.join(case, d))
+    return out
+
+
+def case_figures(case):
+    """{key: (measured repetitions, simulated)} of a case folder, or None when it has no runs."""
+    measured = measured_dirs(case) if os.path.isdir(case) else []
+    if not measured or not os.path.isdir(os.path.join(case, "simulated")):
+        return None
+    ms = [tt.read_summary(os.path.join(case, d)) for d in measured]
+    sim = tt.read_summary(os.path.join(case, "simulated"))
+    return {k: ([tt.metric(m, k) for m in ms], tt.metric(sim, k)) for k in KEYS}
+
+
+def max_spread(case):
+    """The largest spread of the case's measured runs over the four figures (no simulated run needed)."""
+    measured = measured_dirs(case) if os.path.isdir(case) else []
+    if not measured:
+        return tt.NAN
+    ms = [tt.read_summary(os.path.join(case, d)) for d in measured]
+    s = [spread_of([tt.metric(m, k) for m in ms]) for k in KEYS]
+    s = [x for x in s if not tt.is_nan(x)]
+    return max(s) if s else tt.NAN
+
+
+def earlier_sets(case):
+    """Spreads of the sets measured before this one (tools/sim-vs-measured keeps them in set_K/)."""
+    out = []
+    for d in sorted(x for x in os.listdir(case) if x.startswith("set_")):
+        s = max_spread(os.path.join(case, d))
+        if not tt.is_nan(s):
+            out.append(s)
+    return out
+
+
+def no_nan(x):
+    """JSON has no nan: null instead."""
+    if isinstance(x, dict):
+        return {k: no_nan(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [no_nan(v) for v in x]
+    return None if tt.is_nan(x) else x
+
+
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
-    configs, steps, missing = [], [], []
+    if argv[0] == "--max-spread":
+        if len(argv) != 2:
+            print("usage: sim_error.py --max-spread CASE_DIR", file=sys.stderr)
+            return 2
+        s = max_spread(argv[1])
+        print("nan" if tt.is_nan(s) else "%.6f" % s)
+        return 0
+    json_path = None
+    if argv[0] == "--json":
+        if len(argv) < 3:
+            print("usage: sim_error.py --json FILE CASE_DIR...", file=sys.stderr)
+            return 2
+        json_path, argv = argv[1], argv[2:]
+    rows, steps, missing, cases_out, failed = [], [], [], [], []
+    worst = tt.NAN
     for case in argv:
         name = os.path.basename(os.path.normpath(case))
-        if not os.path.isdir(case):
-            continue
-        measured = sorted(d for d in os.listdir(case) if d.startswith("measured_"))
-        if not measured or not os.path.isdir(os.path.join(case, "simulated")):
+        figs = case_figures(case)
+        if figs is None:
             missing.append("%s: no runs in %s" % (name, case))
             continue
-        ms = [tt.read_summary(os.path.join(case, d)) for d in measured]
-        sim = tt.read_summary(os.path.join(case, "simulated"))
-        configs.append((name, {k: [tt.metric(m, k) for m in ms] for k in KEYS}, tt.summary_metrics(sim, KEYS)))
-        for kind, errs in step_errors([os.path.join(case, d) for d in measured]).items():
+        n_runs = len(measured_dirs(case, failed))
+        verdicts, figures = [], {}
+        for k in KEYS:
+            reps, sim = figs[k]
+            vals = [v for v in reps if v is not None and not tt.is_nan(v)]
+            med = statistics.median(vals) if vals else tt.NAN
+            spread = spread_of(vals)
+            err = tt.rel_error(sim, med)
+            target, verdict = judge(err, spread, k)
+            if not tt.is_nan(err):
+                worst = abs(err) if tt.is_nan(worst) else max(worst, abs(err))
+            verdicts.append(verdict)
+            figures[k] = {"measured": reps, "median": med, "spread": spread, "simulated": sim, "error": err,
+                          "target": target, "verdict": verdict}
+            rows.append([name, tt.metric_label(k, unit=False), tt.metric_unit(k), med, n_runs,
+                         tt.fmt_pct(spread, sign=False), sim, tt.fmt_pct(err), tt.fmt_pct(target, sign=False),
+                         verdict])
+        # A figure too noisy to judge is not counted either way; a case is judged on the others,
+        # and needs at least half of its figures judged to count.
+        judged = [v for v in verdicts if v in ("met", "missed")]
+        if "missed" in judged:
+            case_verdict = "missed"
+        elif len(judged) * 2 < len(verdicts):
+            case_verdict = "noisy"
+        else:
+            case_verdict = "met"
+        cases_out.append({"case": name, "runs": n_runs, "verdict": case_verdict,
+                          "figures_met": verdicts.count("met"), "figures_noisy": verdicts.count("noisy"),
+                          "figures": figures,
+                          "earlier_set_spreads": earlier_sets(case)})
+        for kind, errs in step_errors([os.path.join(case, d) for d in measured_dirs(case)]).items():
             if errs:
                 a = [abs(e) for e in errs]
                 steps.append([name, kind, len(errs), tt.fmt_pct(tt.percentile(a, 50, "index"), sign=False),
                               tt.fmt_pct(tt.percentile(a, 90, "index"), sign=False), tt.fmt_pct(max(a), sign=False),
                               tt.fmt_pct(statistics.median(errs))])
-    worst = tt.NAN
-    if configs:
-        text, worst = tt.error_table(configs, KEYS, config_header="case")
-        print(text)
+    if rows:
+        print(tt.format_table(["case", "metric", "unit", "measured", "runs", "spread %", "simulated", "error %",
+                               "target %", "verdict"], rows, left=3,
+                              title="simulated vs measured; target: |error| within max(5 %, spread) for a mean, "
+                                    "max(10 %, spread) for a p99; spread above 15 %: noisy, not counted"))
     if missing:
         print("\n".join(missing))
     if steps:
         print(tt.format_table(["case", "step kind", "steps", "|error| median %", "|error| p90 %", "|error| max %",
                                "signed median %"], steps, left=2,
                               title="per-step prediction error of the measured runs (steps.csv pred_error):"))
+    for c in cases_out:
+        if c["earlier_set_spreads"]:
+            print("%s: measured again; the earlier set(s) had a spread of %s %%" % (
+                c["case"], ", ".join(tt.fmt_pct(s, sign=False) for s in c["earlier_set_spreads"])))
+    met = [c["case"] for c in cases_out if c["verdict"] == "met"]
+    noisy = [c["case"] for c in cases_out if c["verdict"] == "noisy"]
+    print("cases within the target (every figure judged met, at least half judged): %d of %d%s" % (
+        len(met), len(cases_out), (" (%s)" % ", ".join(met)) if met else ""))
+    part = ["%s (%d noisy)" % (c["case"], c["figures_noisy"]) for c in cases_out
+            if c["verdict"] == "met" and c["figures_noisy"]]
+    if part:
+        print("  of which with noisy figures not counted: %s" % ", ".join(part))
+    if noisy:
+        print("noisy (more than half the figures with a spread above 15 %%, not counted): %s" % ", ".join(noisy))
+    if failed:
+        print("measured runs that did not finish (no summary.json, left out): %s" % ", ".join(failed))
+    one_run = [c["case"] for c in cases_out if c["runs"] < 2]
+    if one_run:
+        print("measured once, so no spread (the target is the fixed floor): %s" % ", ".join(one_run))
     print("largest |error| of a TTFT/TPOT figure: %s%%" % tt.fmt_pct(worst, sign=False))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(no_nan({"floor": FLOOR, "noisy_above": NOISY, "cases": cases_out}), f, indent=1)
+            f.write("\n")
     return 0
 
 

@@ -5,6 +5,7 @@ folder) and is skipped when the binary is missing.
 """
 import contextlib
 import io
+import json
 import math
 import os
 import shutil
@@ -190,6 +191,85 @@ class PlotData(unittest.TestCase):
         self.assertAlmostEqual(z0, 4.92)
 
 
+class SimError(unittest.TestCase):
+    """tools/sim_error.py: the error judged against the measured runs' own spread."""
+
+    def setUp(self):
+        import sim_error
+        self.se = sim_error
+        self.tmp = tempfile.mkdtemp(prefix="tandem-sim-error-test-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def run_dir(self, path, ttft_mean, ttft_p99, tpot_mean, tpot_p99):
+        os.makedirs(path)
+        with open(os.path.join(path, "summary.json"), "w") as f:
+            json.dump({"ttft_ms": {"mean": ttft_mean, "p99": ttft_p99}, "tpot_ms": {"mean": tpot_mean, "p99": tpot_p99}}, f)
+
+    def case(self, name, measured, simulated):
+        d = os.path.join(self.tmp, name)
+        for i, m in enumerate(measured, 1):
+            self.run_dir(os.path.join(d, "measured_%d" % i), *m)
+        self.run_dir(os.path.join(d, "simulated"), *simulated)
+        return d
+
+    def test_judge(self):
+        j = self.se.judge
+        self.assertEqual(j(0.04, 0.02, "ttft_mean"), (0.05, "met"))       # within the 5 % floor
+        self.assertEqual(j(-0.07, 0.08, "ttft_mean"), (0.08, "met"))      # within the measured spread
+        self.assertEqual(j(0.07, 0.03, "tpot_mean"), (0.05, "missed"))
+        self.assertEqual(j(-0.09, 0.02, "tpot_p99"), (0.10, "met"))       # p99: a 10 % floor
+        self.assertEqual(j(0.12, 0.11, "tpot_p99"), (0.11, "missed"))
+        self.assertEqual(j(0.01, 0.20, "ttft_mean")[1], "noisy")          # above 15 %: not counted
+        self.assertEqual(j(0.04, tt.NAN, "ttft_mean"), (0.05, "met"))     # one run: the floor
+        self.assertEqual(j(tt.NAN, 0.02, "ttft_mean")[1], "-")
+        self.assertTrue(tt.is_nan(self.se.spread_of([10.0])))
+        self.assertAlmostEqual(self.se.spread_of([9.0, 10.0, 11.0]), 0.2)
+
+    def test_table_json_and_max_spread(self):
+        good = self.case("good", [(100, 200, 10, 20), (102, 210, 10.2, 21), (98, 190, 9.8, 19)], (103, 215, 10.4, 21.5))
+        bad = self.case("bad", [(100, 200, 10, 20), (101, 201, 10.1, 20.2)], (120, 200, 10, 20))
+        noisy = self.case("noisy", [(100, 260, 10, 20), (130, 200, 12, 20)], (100, 200, 10, 20))
+        part = self.case("part", [(100, 200, 10, 20), (101, 260, 10.1, 20.2)], (102, 230, 10.2, 20.5))
+        one = self.case("one", [(100, 200, 10, 20)], (104, 200, 10, 20))
+        js = os.path.join(self.tmp, "e.json")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(self.se.main(["--json", js, good, bad, noisy, one, part]), 0)
+        text = out.getvalue()
+        self.assertIn("cases within the target (every figure judged met, at least half judged): 3 of 5 (good, one, part)",
+                      text)
+        self.assertIn("noisy (more than half the figures with a spread above 15 %, not counted): noisy", text)
+        self.assertIn("measured once, so no spread (the target is the fixed floor): one", text)
+        self.assertIn("of which with noisy figures not counted: part (1 noisy)", text)  # its p99 spread is 26 %
+        self.assertRegex(text, r"bad\s+TTFT mean\s+ms\s+100.5\s+2\s+1.0\s+120\s+\+19.4\s+5.0\s+missed")
+        with open(js) as f:
+            data = json.load(f)  # strict JSON: no NaN (one run has no spread)
+        by = {c["case"]: c for c in data["cases"]}
+        self.assertEqual([by[n]["verdict"] for n in ("good", "bad", "noisy", "one")], ["met", "missed", "noisy", "met"])
+        self.assertIsNone(by["one"]["figures"]["ttft_mean"]["spread"])
+        self.assertEqual(by["good"]["figures"]["ttft_p99"]["measured"], [200, 210, 190])
+        self.assertAlmostEqual(self.se.max_spread(noisy), 0.30 / 1.15)
+        # a measured run that did not finish is left out and named
+        os.makedirs(os.path.join(good, "measured_4"))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.se.main([good])
+        self.assertIn("measured runs that did not finish (no summary.json, left out): %s" %
+                      os.path.join(good, "measured_4"), out.getvalue())
+        self.assertRegex(out.getvalue(), r"good\s+TTFT mean\s+ms\s+100\s+3\s")
+        shutil.rmtree(os.path.join(good, "measured_4"))
+        # a set measured before this one (tools/sim-vs-measured keeps it) is reported
+        os.makedirs(os.path.join(good, "set_1"))
+        shutil.copytree(os.path.join(noisy, "measured_2"), os.path.join(good, "set_1", "measured_1"))
+        shutil.copytree(os.path.join(good, "measured_1"), os.path.join(good, "set_1", "measured_2"))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.se.main([good])
+        self.assertIn("good: measured again; the earlier set(s) had a spread of 26.1 %", out.getvalue())
+
+
 class ResolvedYaml(unittest.TestCase):
     SAMPLE = """name: w
 model:
@@ -236,6 +316,39 @@ class RealRun(unittest.TestCase):
 
     def tearDown(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_sim_vs_measured(self):
+        """tools/sim-vs-measured end to end with a shipped profile: two cases of a few requests,
+        measured twice each, round the cases; the table, errors.json and the conditions."""
+        if not os.access(TANDEM, os.X_OK):
+            self.skipTest("no tandem binary at %s" % TANDEM)
+        import subprocess
+        tool = os.path.join(ROOT, "tools", "sim-vs-measured")
+        out = os.path.join(self.tmp, "svm")
+        bad = subprocess.run([tool, "--reps", "1", "x.yaml"], capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--reps 1: at least 2", bad.stderr)
+        cases = ["workloads/cpu_tiny.yaml@requests.count=3", "workloads/cpu_tiny.yaml@requests.count=4"]
+        r = subprocess.run([tool, "--tandem", TANDEM, "--profile", "workloads/profiles/cpu-tiny-profiled.yaml",
+                            "--reps", "2", "--remeasure", "0", "--out", out] + cases,
+                           capture_output=True, text=True, cwd=ROOT, timeout=100)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # round the cases: count=3 run 1, count=4 run 1, count=3 run 2, ...
+        order = [line.split("--out ")[1] for line in r.stderr.splitlines() if "--backend cpu" in line and "+ " in line]
+        self.assertEqual([os.path.relpath(o, out) for o in order],
+                         ["cpu_tiny_count=3/measured_1", "cpu_tiny_count=4/measured_1",
+                          "cpu_tiny_count=3/measured_2", "cpu_tiny_count=4/measured_2"])
+        self.assertIn("target %", r.stdout)
+        self.assertRegex(r.stdout, r"cases within the target \(every figure judged met, at least half judged\): \d of 2")
+        with open(os.path.join(out, "errors.json")) as f:
+            data = json.load(f)
+        self.assertEqual(sorted(c["case"] for c in data["cases"]), ["cpu_tiny_count=3", "cpu_tiny_count=4"])
+        for c in data["cases"]:
+            self.assertEqual(c["runs"], 2)
+            self.assertIn(c["verdict"], ("met", "missed", "noisy"))
+            self.assertEqual(len(c["figures"]["ttft_mean"]["measured"]), 2)
+        with open(os.path.join(out, "cpu_tiny_count=3", "conditions.txt")) as f:
+            self.assertRegex(f.read(), r"before measured_2 \(set 1\): load average [0-9.]+")
 
     def test_run_and_read(self):
         workload = os.path.join(ROOT, "workloads", "quickstart.yaml")
