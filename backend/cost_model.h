@@ -52,6 +52,9 @@ class ProfiledCostModel final : public cost_model_i {
   std::shared_ptr<const OperatorProfile> p_;
 };
 
+// The plan a profile's raw step stands for (no block tables: enough to price it).
+StepPlan plan_of_profile_step(const ProfileStep& s);
+
 // The step kinds that per-step errors are reported by (steps.csv's n_prefill and n_decode).
 enum class StepKind { Decode, Prefill, Mixed };
 StepKind step_kind(const StepPlan& plan);

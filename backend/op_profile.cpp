@@ -47,8 +47,10 @@ void derive_curves(OperatorProfile& p) {
   std::map<double, std::pair<double, double>> far;  // n -> (largest context, its time)
   std::map<double, double> multi0, multi1;
   std::map<double, std::map<double, double>> dec;  // seqs -> context -> seconds
+  std::map<double, double> ar;
   for (const ProfileStep& s : p.raw) {
     if (s.idle) continue;
+    if (s.kind == "allreduce") ar[s.tokens] = s.seconds;
     if (s.kind == "prefill") {
       if (s.context == 0)
         p0[s.tokens] = s.seconds;
@@ -89,6 +91,7 @@ void derive_curves(OperatorProfile& p) {
   for (auto& [r, v] : extra) v = std::max(0.0, v - first);
   p.lm_head = curve_of(lm);
   p.seq_overhead = curve_of(extra);
+  p.allreduce = curve_of(ar);
   if (dec.empty()) throw std::invalid_argument("needs decode steps");
   p.decode_seqs.clear();
   p.decode.clear();
@@ -96,6 +99,7 @@ void derive_curves(OperatorProfile& p) {
     p.decode_seqs.push_back(s);
     p.decode.push_back(curve_of(by_ctx));
   }
+  derive_mixed_factor(p);
 }
 
 double decode_seconds(const OperatorProfile& p, double seqs, double context) {

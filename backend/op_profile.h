@@ -21,7 +21,9 @@ struct Curve {
 //   multi:   `seqs` sequences of `tokens` new tokens each, no context, sampled or not;
 //   decode:  `seqs` sequences of one token each over `context` cached ones, all sampled;
 //   mixed:   one prompt of `tokens` tokens (sampled) joining `seqs` decodes over `context`
-//            (a check of the composition: not used to derive the curves).
+//            (a check of the composition; with mixed_fit, the measure of its correction);
+//   allreduce: a step's tensor-parallel all-reduces alone (tp > 1: two per layer, after attention
+//            and after the MLP, of `tokens` x hidden activations), timed on the communicator.
 // idle: measured after the backend sat idle for 20 ms (the others run back to back).
 struct ProfileStep {
   std::string kind;
@@ -30,11 +32,44 @@ struct ProfileStep {
   double seconds = 0;  // the fastest of the repetitions
 };
 
+// Where and under what contention a profile was measured (tandem calibrate records it; a profile
+// without it reads as unknown). On a shared machine other work slows some repetitions of a
+// shape; these figures say how much, so a profile measured under contention can be refused or
+// read with that in mind (reports/simulation-fidelity/report.md, second round).
+struct CalibrationConditions {
+  double load_before = -1, load_after = -1;  // 1-minute load average before the grid and at the end (-1: unknown)
+  double others_grid = -1, steal_grid = -1;  // share of the machine's CPU time other processes used / was stolen, grid
+  double others_serving = -1;                // the same during the served calibration traffic
+  double cpu_share_grid = -1;  // CPU backend: the grid's CPU time over (wall time x threads); below 1, it waited for a core
+  std::string reference;                     // the reference shape, timed (median of 5) before and after the grid
+  double reference_before_ms = 0, reference_after_ms = 0;
+  // Agreement of repetitions: per shape, its second-fastest repetition over its fastest, minus 1.
+  double repeat_median = -1;      // median over the compared shapes (-1: one repetition, nothing compared)
+  int32_t repeat_over = 0;        // shapes whose two fastest differ by more than kRepeatBound (reported)
+  int32_t repeat_compared = 0;    // shapes compared (at least two repetitions and kRepeatMinMs)
+  std::string repeat_worst;       // the worst shape, e.g. "decode 16x1 @512: +34.0 %"
+  bool accepted_noisy = false;    // written with --accept-noisy although the checks refused it
+};
+// The bounds, from grids measured on a shared 2-core VM (reports/simulation-fidelity/report.md,
+// "Contention"): quiet, the repetitions' median disagreement was 3-12 %, the reference moved by
+// up to 25 % and the grid had its core 99 % of the time; with two busy loops beside it, the grid
+// had its core 72 % of the time while the repetitions agreed as well as when quiet (contention
+// that lasts a whole round slows every repetition alike), so the CPU share is the check that
+// catches it; the other two catch a grid whose noise is beyond what this machine shows quiet.
+constexpr double kRepeatBound = 0.10;       // a shape whose two fastest repetitions differ by more is counted
+constexpr double kRepeatMedianMax = 0.20;   // refused: the median shape's two fastest differ by more
+constexpr double kRepeatMinMs = 0.5;        // shorter steps are not compared (timer and wake-up jitter)
+constexpr double kReferenceBound = 0.40;    // refused: the reference moved by more between before and after
+constexpr double kMinCpuShare = 0.90;       // refused (CPU backend): the grid had its cores less of the time
+
 struct OperatorProfile {
   // Provenance: what it was measured on, and how.
   std::string backend, model, hardware, code_version, measured_at, engine;
   int32_t threads = 0, tp = 1;
   bool graph_buckets = false;  // decode-only steps run padded to the next power of two of sequences
+  // The mixed shapes correct the composition of mixed steps (measured / composed, by the prompt's
+  // tokens) instead of only checking it. Profiles written before it keep them as checks.
+  bool mixed_fit = false;
   std::vector<ProfileStep> raw;
   // After-idle steps cost idle_factor times more; 1 unless enough samples were measured.
   double idle_factor = 1.0;
@@ -44,6 +79,7 @@ struct OperatorProfile {
   double loop_gap_s = 0;
   double refine_decode = 1.0, refine_prefill = 1.0, refine_mixed = 1.0;
   int32_t refine_steps = 0;
+  CalibrationConditions conditions;
 
   // Derived by derive_curves() from `raw` (not stored in the file).
   Curve linear;                     // x: tokens in the step; per-token work of every layer (GEMMs, norms, RoPE,
@@ -51,12 +87,22 @@ struct OperatorProfile {
   Curve prefill_attn;               // x: query tokens of a chunk; seconds per (query, key) pair
   Curve lm_head;                    // x: sampled rows; LM head and argmax
   Curve seq_overhead;               // x: sequences; per-step cost of sequences beyond the first (metadata)
+  std::vector<double> mixed_decodes;  // knots of the mixed correction in decodes (mixed_fit; else empty)
+  std::vector<Curve> mixed_factor;    // [i]: measured / composed vs prefill tokens, at mixed_decodes[i] decodes
+  Curve allreduce;                  // x: tokens in the step; its all-reduces (tp > 1, measured: empty otherwise).
+                                    // Already inside `linear` and the decode table: priced apart, not added
   std::vector<double> decode_seqs;  // knots of the decode table
   std::vector<Curve> decode;        // decode[i]: decode step of decode_seqs[i] sequences vs mean context
 };
 
 // Fills the curves from `raw`. Throws std::invalid_argument saying which shapes are missing.
 void derive_curves(OperatorProfile& p);
+// The mixed correction at a step's prefill tokens and decodes: interpolated in both, held at the
+// measured ends (a ratio does not extrapolate); 1 without one.
+double mixed_correction(const OperatorProfile& p, double prefill_tokens, double decodes);
+// Fills p.mixed_factor from the raw mixed shapes (mixed_fit; cost_model.cpp: it needs the
+// composition the cost model prices). Called by derive_curves.
+void derive_mixed_factor(OperatorProfile& p);
 
 // The decode table at `seqs` sequences and mean context `context` (interpolated in both).
 double decode_seconds(const OperatorProfile& p, double seqs, double context);

@@ -67,21 +67,25 @@ void print_grid_errors(const OperatorProfile& p) {
              "measured_ms", "model_ms", "error");
   std::vector<std::vector<int32_t>> tables;
   for (const ProfileStep& s : p.raw) {
-    if (s.idle) continue;
-    StepPlan plan;
-    const bool samples = s.sampled || s.kind == "mixed";
-    if (s.kind == "mixed") {  // the file records the prompt's size in tokens
-      plan.add({0, s.tokens, 0, true, {}}, s.tokens);
-      for (int32_t i = 0; i < s.seqs; ++i) plan.add({ReqId(i + 1), 1, s.context, true, {}}, s.context);
-    } else {
-      const int32_t prompt_len = s.kind == "decode" ? s.context : s.context + s.tokens;
-      for (int32_t i = 0; i < s.seqs; ++i) plan.add({ReqId(i), s.tokens, s.context, samples, {}}, prompt_len);
-    }
-    const double pred = model.estimate(plan).total_s();
+    if (s.idle || s.kind == "allreduce") continue;  // not a step: priced inside the others
+    const double pred = model.estimate(plan_of_profile_step(s)).total_s();
     fmt::print("{:>8}{:>6}{:>8}{:>9}{:>8}{:>12.3f}{:>12.3f}{:>8.1f}%{}\n", s.kind, s.seqs, s.tokens, s.context,
                s.sampled ? "yes" : "", s.seconds * 1e3, pred * 1e3, 100 * (pred - s.seconds) / s.seconds,
-               s.kind == "mixed" ? "  (composition check)" : "");
+               s.kind != "mixed" ? "" : p.mixed_fit ? "  (measures the mixed correction)" : "  (composition check)");
   }
+}
+
+// One line on the conditions, for the printout and the profile's header.
+std::string conditions_note(const CalibrationConditions& c) {
+  const auto pct = [](double x) { return x < 0 ? std::string("?") : fmt::format("{:.1f} %", 100 * x); };
+  return fmt::format(
+      "conditions: load average {:.2f} before, {:.2f} after; other processes' share of the CPU time {} during the "
+      "grid, {} while serving; steal {}; the grid had its cores {} of the time; reference {} {:.3f} ms before the "
+      "grid, {:.3f} after; repetitions' disagreement median {}, {} of {} shapes beyond {:.0f} %{}\n",
+      c.load_before, c.load_after, pct(c.others_grid), pct(c.others_serving), pct(c.steal_grid),
+      c.cpu_share_grid < 0 ? std::string("-") : pct(c.cpu_share_grid), c.reference,
+      c.reference_before_ms, c.reference_after_ms, c.repeat_median < 0 ? "-" : fmt::format("+{:.1f} %", 100 * c.repeat_median),
+      c.repeat_over, c.repeat_compared, 100 * kRepeatBound, c.accepted_noisy ? " (ACCEPTED NOISY)" : "");
 }
 
 }  // namespace
@@ -89,7 +93,9 @@ void print_grid_errors(const OperatorProfile& p) {
 namespace {
 // --model: the grid on the backend, then (with --workload) the residuals on served traffic.
 int calibrate_profiled(const std::string& backend, const std::string& model, const std::vector<std::string>& workloads,
-                       const ExecutorFactory* factory, const GridOptions& opt, const std::string& out_path) {
+                       const ExecutorFactory* factory, const GridOptions& opt, bool accept_noisy,
+                       const std::string& out_path) {
+  const double load_before = load_average();
   Workload w = grid_workload(backend, model, workloads);
   const GridLimits limits{w.engine.resolved_kv_blocks, w.engine.block_size,   w.engine.max_num_batched_tokens,
                           w.engine.max_num_seqs,       w.model.max_model_len, w.model.vocab};
@@ -101,9 +107,41 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
     GridOptions o = opt;
     o.fill_kv = backend != "cpu";
     o.graph_buckets = backend == "cuda" && w.engine.cuda_graph && w.engine.tp == 1;
+    // The threads that compute at once: every rank has one at tp > 1; no more than the cores.
+    o.cpu_threads = backend == "cpu" ? std::min(std::max(cpu::threads(), int(w.engine.tp)),
+                                                std::max(1, int(std::thread::hardware_concurrency())))
+                                     : 0;
     fmt::print(stderr, "calibrate: {} on the {} backend; grid limits: {} KV blocks of {}, {} tokens, {} sequences\n",
                model, backend, limits.num_blocks, limits.block_size, limits.max_tokens, limits.max_seqs);
     p = measure_operator_profile(*exec, limits, o);
+  }
+  p.conditions.load_before = load_before;
+  if (backend == "cpu" && w.engine.tp > 1) {  // the all-reduces by size (a CUDA TP run needs 2+ GPUs: not here)
+    std::vector<int32_t> sizes;
+    for (int32_t t = 1; t < limits.max_tokens; t *= 2) sizes.push_back(t);
+    sizes.push_back(limits.max_tokens);
+    cpu::InProcessCommunicator comm(w.engine.tp);
+    for (const ProfileStep& s : measure_allreduce(comm, w.model.hidden, w.model.layers, sizes, opt.reps))
+      p.raw.push_back(s);
+    derive_curves(p);
+    fmt::print(stderr, "calibrate: tp {}: a step's {} all-reduces measured at {} sizes: {:.3f} ms at 1 token, {:.3f} ms "
+               "at {}\n", w.engine.tp, 2 * w.model.layers, sizes.size(), p.allreduce.at(1) * 1e3,
+               p.allreduce.at(limits.max_tokens) * 1e3, limits.max_tokens);
+  }
+  // A grid measured under contention is refused before the served traffic (minutes) runs: its
+  // fastest repetitions would not be the machine's quiet level, and nothing later corrects that.
+  if (const std::string why = contention_refusal(p.conditions); !why.empty()) {
+    if (!accept_noisy) {  // exit 3: not bad input (2), not a failure of the run (1)
+      fmt::print(stderr, "tandem: {}\n", fmt::format(
+          "calibrate: the grid was measured under contention, profile not written: {}. Other processes used {} of "
+          "the machine's CPU time during it (load average {:.2f}). Run it again when the machine is quieter, or "
+          "give --accept-noisy to write it anyway (marked so in the file)",
+          why, p.conditions.others_grid < 0 ? "?" : fmt::format("{:.0f} %", 100 * p.conditions.others_grid),
+          load_before));
+      return 3;
+    }
+    p.conditions.accepted_noisy = true;
+    fmt::print(stderr, "calibrate: written although measured under contention (--accept-noisy): {}\n", why);
   }
   p.backend = backend;
   p.model = w.model.name;
@@ -124,6 +162,7 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
     notes += fmt::format("idle factor 1: only {} after-idle samples ({} needed)\n", p.idle_samples, kMinIdleSamples);
   if (!workloads.empty()) {
     const ProfiledCostModel predictor(std::make_shared<OperatorProfile>(p));
+    const CpuSample serving0 = cpu_sample();
     for (const std::string& wl : workloads) {
       Workload ww = load_workload(wl);
       if (ww.model.name != w.model.name)
@@ -134,8 +173,11 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
       served.insert(served.end(), run.steps.begin(), run.steps.end());
       loop_gap = std::max(loop_gap, run.loop_gap_s);
     }
+    p.conditions.others_serving = cpu_shares(serving0, cpu_sample()).others;
     notes += refine_profile(p, served, loop_gap);
   }
+  p.conditions.load_after = load_average();
+  notes += conditions_note(p.conditions);
   fmt::print("{}", notes);
   std::string names;
   for (const std::string& wl : workloads) names.append(names.empty() ? "" : ", ").append(wl);
@@ -173,6 +215,8 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
       "reps", po::value<int>()->default_value(5), "grid: timed repetitions per shape (the fastest is kept)")(
       "budget", po::value<double>()->default_value(110), "grid: seconds it may take (fewer repetitions if needed)")(
       "quick", po::bool_switch(), "grid: a smaller grid")(
+      "accept-noisy", po::bool_switch(),
+      "grid: write the profile even when its repetitions disagree or the reference step moved (contention)")(
       "channel", po::bool_switch(), "the workload's prefill/decode KV channel: latency and bandwidth (--workload W.yaml)")(
       "from-run", po::value<std::string>(), "with --channel: fit on a served run's transfers (its --out folder)")(
       "help,h", po::bool_switch(), "this help");
@@ -215,7 +259,7 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
   if (!grid && !vm.count("workload"))
     throw InputError("calibrate: give --model PRESET (per-operator profile) or --workload W.yaml (linear fit)");
   if (!vm.count("out")) throw InputError("calibrate: --out PROFILE.yaml is required");
-  for (const char* k : {"reps", "quick", "budget"})  // grid options: unused by the linear fit
+  for (const char* k : {"reps", "quick", "budget", "accept-noisy"})  // grid options: unused by the linear fit
     if (!grid && !vm[k].defaulted())
       throw InputError(
           fmt::format("calibrate: --{} applies to the grid (--model), not to the linear fit (--workload alone)", k));
@@ -239,7 +283,8 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
     o.reps = vm["reps"].as<int>();
     o.quick = vm["quick"].as<bool>();
     o.budget_s = vm["budget"].as<double>();
-    return calibrate_profiled(backend, vm["model"].as<std::string>(), workloads, fac, o, out_path);
+    return calibrate_profiled(backend, vm["model"].as<std::string>(), workloads, fac, o,
+                              vm["accept-noisy"].as<bool>(), out_path);
   }
   ModelSpec m;
   std::vector<CalibrationPoint> points;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cost_model.h"
+#include "backend/cpu/comm.h"
 #include "backend/executor.h"
 #include "sim/config.h"
 #include "sim/executors.h"
@@ -40,7 +41,19 @@ struct GridOptions {
   bool fill_kv = false;        // write real-looking K/V into the blocks first (GPUs run faster on zeros)
   bool graph_buckets = false;  // decode-only steps are padded to a power of two (CUDA Graphs)
   int idle_rounds = 3;         // after-idle repetitions of the small shapes
+  int cpu_threads = 0;         // the CPU backend's threads that compute at once (its CPU share is checked); 0: another backend
 };
+// A step's all-reduces at tp = comm.size() > 1 (two per layer of tokens x hidden floats), timed
+// alone for each token count (the fastest of reps, after a warm run): "allreduce" raw entries.
+std::vector<ProfileStep> measure_allreduce(communicator_i& comm, int32_t hidden, int32_t layers,
+                                           const std::vector<int32_t>& tokens, int reps);
+// Fills c's repeat_* figures from each shape's repetitions (sorted, fastest first) and names.
+void repetition_agreement(const std::vector<std::vector<double>>& sorted_times, const std::vector<std::string>& names,
+                          CalibrationConditions& c);
+// Why a profile measured under these conditions is refused ("" when it is not): a grid that
+// waited for its CPU cores, repetitions that disagree at the median shape, or a reference step
+// that moved between before and after the grid (the bounds: backend/op_profile.h).
+std::string contention_refusal(const CalibrationConditions& c);
 constexpr int kMinIdleSamples = 8;  // fewer after-idle samples: idle factor 1, and calibrate says so
 OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& limits, const GridOptions& opt);
 // Median ratio, clamped to [0.5, 10]; 1 with fewer than kMinIdleSamples ratios.

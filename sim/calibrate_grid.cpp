@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "backend/warmup.h"
 #include "policies/kv_cache.h"
 #include "sim/calibrate.h"
 #include "sim/engine.h"
+#include "sim/host_probe.h"
 
 namespace tandem {
 
@@ -77,20 +79,94 @@ std::vector<Shape> grid(const GridLimits& L, bool quick) {
   for (int32_t r : ss)
     if (2 * r <= L.max_tokens)
       for (bool sampled : {false, true}) add({{"multi", r, 2, 0, sampled, false, 0}});
+  // Decode contexts every factor of 2-4: the cost is not linear in context (on the CPU it bends
+  // where the KV stops fitting in cache; with only 32, 512 and 2,048, a served decode step at
+  // 800 tokens was priced 40 % high: reports/simulation-fidelity/report.md, second round).
   for (int32_t s : ss)
-    for (int32_t c : {32, 512, 2048}) {
+    for (int32_t c : {32, 128, 512, 1024, 2048}) {
       const int32_t ctx = std::min(c, L.max_model_len - 1);
       if (quick && c == 2048) continue;
       add({{"decode", s, 1, ctx, true, false, 0}});
     }
-  // Checks of the composition: a prompt joining running decodes.
-  for (int32_t prompt : {128, 512})
-    for (int32_t s : {4, 16})
-      if (prompt + s <= L.max_tokens && s + 1 <= L.max_seqs && prompt + 512 < L.max_model_len)
+  // A prompt joining running decodes: the measure of the mixed correction (measured / composed
+  // by the prompt's tokens and the decodes; the composition alone was off by -14 to +12 % on the
+  // CPU, and more so with more decodes).
+  for (int32_t prompt : {32, 128, 512, 1024})
+    for (int32_t s : {4, 16, 32})
+      if (prompt + s <= L.max_tokens && s + 1 <= L.max_seqs && prompt + 512 < L.max_model_len &&
+          !(quick && prompt == 1024))
         add({{"mixed", s, 1, 512, true, false, 0}, prompt});
   return g;
 }
+
+// The reference shape, timed before and after the grid: a decode step of about 8 sequences at a
+// mid context (the bulk of served steps), else the first shape.
+size_t reference_shape(const std::vector<Shape>& shapes) {
+  size_t best = 0;
+  double dist = INFINITY;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const ProfileStep& s = shapes[i].step;
+    if (s.kind != "decode") continue;
+    if (const double d = std::fabs(std::log(double(s.seqs) / 8)) + std::fabs(std::log(double(s.context) / 512));
+        d < dist) {
+      dist = d;
+      best = i;
+    }
+  }
+  return best;
+}
+
+std::string shape_name(const ProfileStep& s, int32_t prompt) {
+  if (s.kind == "mixed") return fmt::format("mixed {}-token prompt + {} decodes @{}", prompt, s.seqs, s.context);
+  return fmt::format("{} {}x{} @{}{}", s.kind, s.seqs, s.tokens, s.context, s.sampled ? " sampled" : "");
+}
 }  // namespace
+
+void repetition_agreement(const std::vector<std::vector<double>>& sorted_times, const std::vector<std::string>& names,
+                          CalibrationConditions& c) {
+  std::vector<double> gaps;
+  double worst = -1;
+  c.repeat_over = 0;
+  for (size_t i = 0; i < sorted_times.size(); ++i) {
+    const std::vector<double>& t = sorted_times[i];
+    if (t.size() < 2 || t[0] * 1e3 < kRepeatMinMs) continue;
+    const double g = t[1] / t[0] - 1;
+    gaps.push_back(g);
+    if (g > kRepeatBound) ++c.repeat_over;
+    if (g > worst) {
+      worst = g;
+      c.repeat_worst = fmt::format("{}: +{:.1f} %", i < names.size() ? names[i] : "?", 100 * g);
+    }
+  }
+  c.repeat_compared = int32_t(gaps.size());
+  if (gaps.empty()) {
+    c.repeat_median = -1;
+    return;
+  }
+  std::sort(gaps.begin(), gaps.end());
+  c.repeat_median = gaps[gaps.size() / 2];
+}
+
+std::string contention_refusal(const CalibrationConditions& c) {
+  std::string why;
+  const auto add = [&](const std::string& s) { why += (why.empty() ? "" : "; ") + s; };
+  if (c.cpu_share_grid >= 0 && c.cpu_share_grid < kMinCpuShare)
+    add(fmt::format("the grid had its CPU cores {:.0f} % of its time (at least {:.0f} % needed): other work took them",
+                    100 * c.cpu_share_grid, 100 * kMinCpuShare));
+  if (c.repeat_compared > 0 && c.repeat_median > kRepeatMedianMax)
+    add(fmt::format("the shapes' two fastest repetitions differ by +{:.1f} % at the median (at most {:.0f} %; {} of {} "
+                    "beyond {:.0f} %, worst {})",
+                    100 * c.repeat_median, 100 * kRepeatMedianMax, c.repeat_over, c.repeat_compared,
+                    100 * kRepeatBound, c.repeat_worst));
+  if (c.reference_before_ms > 0 && c.reference_after_ms > 0) {
+    const double d = c.reference_after_ms / c.reference_before_ms - 1;
+    if (std::fabs(d) > kReferenceBound)
+      add(fmt::format("the reference step ({}) took {:.3f} ms before the grid and {:.3f} ms after ({:+.1f} %, more "
+                      "than {:.0f} %)",
+                      c.reference, c.reference_before_ms, c.reference_after_ms, 100 * d, 100 * kReferenceBound));
+  }
+  return why;
+}
 
 OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& L, const GridOptions& o) {
   const std::vector<Shape> shapes = grid(L, o.quick);
@@ -124,11 +200,29 @@ OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& L, 
              o.fill_kv ? "filled" : "as allocated", elapsed(), shapes.size());
   std::vector<std::vector<std::vector<int32_t>>> tables(shapes.size());
   std::vector<StepPlan> plans;
-  for (size_t i = 0; i < shapes.size(); ++i) plans.push_back(plan_of(shapes[i], L.block_size, tables[i]));
+  std::vector<std::string> names;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    plans.push_back(plan_of(shapes[i], L.block_size, tables[i]));
+    names.push_back(shape_name(shapes[i].step, shapes[i].prompt));
+  }
   const auto time_step = [&](size_t i) {
     const StepResult r = exec.execute(plans[i]);
     return to_seconds(r.elapsed);
   };
+  // Contention: the reference shape (median of 5, after one untimed run) before and after the
+  // grid, and the machine's CPU time that other processes used meanwhile.
+  CalibrationConditions cond;
+  const size_t ref = reference_shape(shapes);
+  const auto time_reference = [&] {
+    time_step(ref);
+    std::vector<double> t;
+    for (int k = 0; k < 5; ++k) t.push_back(time_step(ref));
+    std::sort(t.begin(), t.end());
+    return t[2] * 1e3;
+  };
+  cond.reference = names[ref];
+  cond.reference_before_ms = time_reference();
+  const CpuSample cpu0 = cpu_sample();
   // Round-robin repetitions: a burst of interference touches one repetition of many shapes,
   // and each shape's median drops it. Round 0 warms the shapes' buffers and is not kept.
   // Within a round a shape runs twice and the second run is kept: served traffic repeats a
@@ -167,10 +261,31 @@ OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& L, 
       }
     }
   }
+  const CpuShares shares = cpu_shares(cpu0, cpu_sample());
+  cond.others_grid = shares.others;
+  cond.steal_grid = shares.steal;
+  if (o.cpu_threads > 0 && shares.own_cores >= 0) cond.cpu_share_grid = shares.own_cores / o.cpu_threads;
+  cond.reference_after_ms = time_reference();
+  for (std::vector<double>& t : times) std::sort(t.begin(), t.end());
+  repetition_agreement(times, names, cond);
+  fmt::print(stderr,
+             "calibrate: conditions: other processes used {} of the machine's CPU time during the grid, steal {}{}; "
+             "reference ({}) {:.3f} ms before, {:.3f} ms after\n",
+             shares.others < 0 ? "?" : fmt::format("{:.1f} %", 100 * shares.others),
+             shares.steal < 0 ? "?" : fmt::format("{:.1f} %", 100 * shares.steal),
+             cond.cpu_share_grid < 0 ? "" : fmt::format("; the grid had its cores {:.1f} % of the time", 100 * cond.cpu_share_grid),
+             cond.reference,
+             cond.reference_before_ms, cond.reference_after_ms);
+  if (cond.repeat_compared > 0)
+    fmt::print(stderr,
+               "calibrate: repetitions: the second fastest over the fastest, median +{:.1f} % over {} shapes; {} "
+               "beyond {:.0f} % (worst {})\n",
+               100 * cond.repeat_median, cond.repeat_compared, cond.repeat_over, 100 * kRepeatBound, cond.repeat_worst);
   OperatorProfile p;
+  p.conditions = cond;
   p.graph_buckets = o.graph_buckets;
+  p.mixed_fit = true;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    std::sort(times[i].begin(), times[i].end());
     ProfileStep s = shapes[i].step;
     if (s.kind == "mixed") s.tokens = shapes[i].prompt;  // the file records the prompt's size
     // The fastest repetition: interference from elsewhere only ever slows a step down, and on

@@ -28,13 +28,25 @@ std::string refine_profile(OperatorProfile& p, const std::vector<ServedStep>& st
   }
   std::string out;
   double* target[3] = {&p.refine_decode, &p.refine_prefill, &p.refine_mixed};
+  // A kind with too few served steps of its own takes the pooled residual of all back-to-back
+  // steps: the contention level they saw applies to it too, and the grid alone (residual 1)
+  // under-predicted such steps (prefill-only steps follow idle spells, so calibration traffic
+  // has almost none back to back: reports/simulation-fidelity/report.md).
+  const int pooled_count = count[0] + count[1] + count[2];
+  const double pooled = pooled_count >= kMinRefineSteps
+                            ? std::clamp((meas[0] + meas[1] + meas[2]) / (pred[0] + pred[1] + pred[2]), 0.25, 4.0)
+                            : 1.0;
   p.refine_steps = 0;
   for (int k = 0; k < 3; ++k) {
     const char* name = step_kind_name(StepKind(k));
     if (count[k] < kMinRefineSteps) {
-      *target[k] = 1.0;
-      out += fmt::format("residual {}: 1 ({} back-to-back steps of this kind, {} needed)\n", name, count[k],
-                         kMinRefineSteps);
+      *target[k] = pooled;
+      out += pooled_count >= kMinRefineSteps
+                 ? fmt::format("residual {}: {:.4f}, pooled over the {} back-to-back steps of every kind ({} of "
+                               "this kind, {} needed for its own)\n",
+                               name, pooled, pooled_count, count[k], kMinRefineSteps)
+                 : fmt::format("residual {}: 1 ({} back-to-back steps of this kind and {} of every kind, {} needed)\n",
+                               name, count[k], pooled_count, kMinRefineSteps);
       continue;
     }
     *target[k] = std::clamp(meas[k] / pred[k], 0.25, 4.0);

@@ -219,6 +219,7 @@ expect 2 "--threads: only the CPU backend" -- run "$q" --threads 2
 expect 2 "generate: --seed: '-1' is not an integer" -- generate --model tiny --prompt "1 2" --seed -1
 expect 2 "generate: --seed sets dummy weights" -- generate --checkpoint "$i11/ck" --prompt "1 2" --seed 3
 expect 2 "calibrate: --reps applies to the grid \\(--model\\)" -- calibrate --workload "$src/workloads/cpu_tiny.yaml" --reps 3 --out "$i11/p.yaml"
+expect 2 "calibrate: --accept-noisy applies to the grid \\(--model\\)" -- calibrate --workload "$src/workloads/cpu_tiny.yaml" --accept-noisy --out "$i11/p.yaml"
 mkdir -p "$i11/nometrics" "$i11/wrongtype"
 echo '{"backend": "sim", "policy": "static"}' >"$i11/nometrics/summary.json"
 expect 2 "nometrics/summary.json: field 'ttft_ms.mean': missing" -- compare "$tmp/a" "$i11/nometrics"
@@ -280,12 +281,15 @@ check "summary.json has the prefix cache's hit rate by tokens and blocks, hits a
 # the file, line and field.
 p12=$tmp/p12
 mkdir -p "$p12"
+# --accept-noisy: the tests run side by side, so this grid may wait for its core (and be refused, exit 3).
 expect 0 "profile written to .*p12/tiny.yaml" -- calibrate --backend cpu --model tiny --quick --reps 1 --budget 20 \
-  --threads 1 --out "$p12/tiny.yaml"
+  --threads 1 --accept-noisy --out "$p12/tiny.yaml"
 expect 0 "" -- run "$src/workloads/cpu_tiny.yaml" --set hardware="$p12/tiny.yaml" --out "$p12/sim" --quiet
 check "steps.csv carries predicted_ms and pred_error" grep -q ',predicted_ms,pred_error$' "$p12/sim/steps.csv"
 expect 0 "predicted step times \\(ms\\), profiled" -- validate "$src/workloads/cpu_tiny.yaml" --set hardware="$p12/tiny.yaml"
-sed 's/ms: \([0-9]\)/ms: x\1/' "$p12/tiny.yaml" >"$p12/bad.yaml"
+check "the profile records its conditions (CPU share, load, the reference step) and fits the mixed correction" \
+  bash -c "grep -Eq 'cpu_share_grid: [01](\\.[0-9]|$)' '$p12/tiny.yaml' && grep -q 'reference: decode' '$p12/tiny.yaml' && grep -q 'mixed_fit: true' '$p12/tiny.yaml'"
+sed 's/, ms: \([0-9]\)/, ms: x\1/' "$p12/tiny.yaml" >"$p12/bad.yaml"
 expect 2 "bad.yaml:[0-9]+:[0-9]+: field 'hardware.profiled.raw\\[0\\].ms': expected a number" -- \
   validate "$src/workloads/cpu_tiny.yaml" --set hardware="$p12/bad.yaml"
 expect 2 "calibrate: --budget 0: must be in" -- calibrate --model tiny --budget 0 --out "$p12/x.yaml"

@@ -3,6 +3,7 @@
 // and the residual fit on served steps.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -136,17 +137,29 @@ TEST_CASE("refine_profile: a residual needs enough steps of its kind, an idle fa
   for (int i = 0; i < 3; ++i) steps.push_back({StepKind::Decode, true, false, 0.03, 0.010});
   const std::string notes = refine_profile(p, steps, 1e-4);
   CHECK(p.refine_decode == doctest::Approx(1.1));
-  CHECK(p.refine_prefill == 1.0);                 // 5 steps < kMinRefineSteps
   CHECK(p.refine_mixed == doctest::Approx(2.0));  // (31 + 29) / 30
-  CHECK(p.idle_factor == 1.0);                    // 3 after-idle steps < kMinIdleSamples
+  // 5 prefill steps < kMinRefineSteps: the pooled residual of all 65 back-to-back steps.
+  const double pooled = (30 * 1.1 * 0.0101 + 5 * 0.04 + 60 * 0.0201) / (30 * 0.0101 + 5 * 0.0201 + 30 * 0.0201);
+  CHECK(p.refine_prefill == doctest::Approx(pooled));
+  CHECK(p.refine_prefill != doctest::Approx(1.0));
+  CHECK(p.idle_factor == 1.0);  // 3 after-idle steps < kMinIdleSamples
   CHECK(p.loop_gap_s == 1e-4);
-  CHECK(notes.find("residual prefill: 1 (5 back-to-back steps") != std::string::npos);
+  CHECK(notes.find("residual prefill: " + fmt::format("{:.4f}", pooled) + ", pooled over the 65 back-to-back") !=
+        std::string::npos);
   for (int i = 0; i < kMinIdleSamples; ++i) steps.push_back({StepKind::Decode, true, false, 0.0202, 0.010});
   refine_profile(p, steps, 1e-4);
   // Totals over all 11 after-idle steps against their refined prediction (decode residual 1.1).
   CHECK(p.idle_factor ==
         doctest::Approx((3 * 0.03 + kMinIdleSamples * 0.0202) / ((3 + kMinIdleSamples) * 0.0101 * 1.1)));
   CHECK(idle_factor_of({3, 3, 3}) == 1.0);
+  // Too few steps of every kind together: no residual at all.
+  OperatorProfile q = truth_profile();
+  const std::vector<ServedStep> few(kMinRefineSteps - 1, {StepKind::Decode, false, false, 0.02, 0.01});
+  const std::string few_notes = refine_profile(q, few, 0);
+  CHECK(q.refine_decode == 1.0);
+  CHECK(q.refine_prefill == 1.0);
+  CHECK(few_notes.find("residual decode: 1 (19 back-to-back steps of this kind and 19 of every kind") !=
+        std::string::npos);
   CHECK(idle_factor_of(std::vector<double>(kMinIdleSamples, 50.0)) == 10.0);  // capped
 }
 
@@ -187,6 +200,17 @@ TEST_CASE("a profile file round trip keeps the raw table, its provenance and eve
   p.refine_mixed = 0.97;
   p.raw.push_back({"mixed", 4, 128, 512, true, false, 0.0123});
   p.raw.push_back({"decode", 1, 1, 512, true, true, 0.0042});
+  p.conditions.load_before = 1.25;
+  p.conditions.others_grid = 0.375;
+  p.conditions.cpu_share_grid = 0.985;
+  p.conditions.reference = "decode 8x1 @512 sampled";
+  p.conditions.reference_before_ms = 3.5;
+  p.conditions.reference_after_ms = 3.75;
+  p.conditions.repeat_median = 0.0125;
+  p.conditions.repeat_over = 2;
+  p.conditions.repeat_compared = 40;
+  p.conditions.repeat_worst = "prefill 1x64 @0: +12.0 %";
+  p.conditions.accepted_noisy = true;
   const std::string path = write_file("roundtrip.yaml", config_detail::profile_file_text(p, "t", 16, "# a test\n"));
   const Workload w = parse_workload(workload_with(path), "w.yaml");
   REQUIRE(w.hardware.profiled);
@@ -198,6 +222,18 @@ TEST_CASE("a profile file round trip keeps the raw table, its provenance and eve
   CHECK(q.idle_samples == 12);
   CHECK(q.loop_gap_s == doctest::Approx(p.loop_gap_s).epsilon(1e-12));
   CHECK(q.refine_mixed == p.refine_mixed);
+  CHECK(q.conditions.load_before == 1.25);
+  CHECK(q.conditions.load_after == -1);  // unknown stays unknown
+  CHECK(q.conditions.others_grid == 0.375);
+  CHECK(q.conditions.others_serving == -1);
+  CHECK(q.conditions.cpu_share_grid == 0.985);
+  CHECK(q.conditions.reference == p.conditions.reference);
+  CHECK(q.conditions.reference_after_ms == 3.75);
+  CHECK(q.conditions.repeat_median == 0.0125);
+  CHECK(q.conditions.repeat_over == 2);
+  CHECK(q.conditions.repeat_compared == 40);
+  CHECK(q.conditions.repeat_worst == p.conditions.repeat_worst);
+  CHECK(q.conditions.accepted_noisy);
   REQUIRE(q.raw.size() == p.raw.size());
   for (size_t i = 0; i < p.raw.size(); ++i) {
     CAPTURE(i);
@@ -221,6 +257,167 @@ TEST_CASE("a profile file round trip keeps the raw table, its provenance and eve
   CHECK(parse_workload(y, "again.yaml").hardware.profiled);
 }
 
+TEST_CASE("calibrate's contention checks: repetitions that disagree, a reference step that moved") {
+  CalibrationConditions c;
+  // 10 shapes of 1-10 ms: the two fastest agree within 2 % ...
+  std::vector<std::vector<double>> t;
+  std::vector<std::string> names;
+  for (int i = 1; i <= 10; ++i) {
+    t.push_back({i * 1e-3, i * 1.02e-3, i * 1.5e-3});
+    names.push_back(fmt::format("shape {}", i));
+  }
+  t.push_back({1e-4, 2e-4});  // ... a step under kRepeatMinMs is not compared (timer jitter) ...
+  t.push_back({5e-3});        // ... nor a shape with one repetition
+  names.resize(t.size(), "other");
+  repetition_agreement(t, names, c);
+  CHECK(c.repeat_compared == 10);
+  CHECK(c.repeat_over == 0);
+  CHECK(c.repeat_median == doctest::Approx(0.02));
+  CHECK(contention_refusal(c).empty());
+  // A few shapes beyond 10 % are counted and the worst named, but the median shape decides.
+  t[3][1] = t[3][0] * 1.3;
+  t[8][1] = t[8][0] * 1.5;
+  repetition_agreement(t, names, c);
+  CHECK(c.repeat_over == 2);
+  CHECK(c.repeat_worst == "shape 9: +50.0 %");
+  CHECK(contention_refusal(c).empty());
+  for (int i : {0, 1, 2, 4, 5}) t[size_t(i)][1] = t[size_t(i)][0] * 1.19;  // the median shape: +19 %, kept
+  repetition_agreement(t, names, c);
+  CHECK(c.repeat_median == doctest::Approx(0.19));
+  CHECK(contention_refusal(c).empty());
+  for (int i : {0, 1, 2, 4, 5}) t[size_t(i)][1] = t[size_t(i)][0] * 1.21;  // +21 %: refused
+  repetition_agreement(t, names, c);
+  CHECK(contention_refusal(c).find("the shapes' two fastest repetitions differ by +21.0 % at the median (at most "
+                                   "20 %; 7 of 10 beyond 10 %, worst shape 9: +50.0 %)") != std::string::npos);
+  // The grid's CPU share (the CPU backend): a grid that waited for its core is refused.
+  CalibrationConditions s;
+  s.cpu_share_grid = 0.95;
+  CHECK(contention_refusal(s).empty());
+  s.cpu_share_grid = 0.66;
+  CHECK(contention_refusal(s).find("the grid had its CPU cores 66 % of its time (at least 90 % needed)") !=
+        std::string::npos);
+  s.cpu_share_grid = -1;  // unknown (no /proc, or another backend): not checked
+  CHECK(contention_refusal(s).empty());
+  // The reference: within 40 % kept, beyond refused (either way: contention that eased is as bad).
+  CalibrationConditions r;
+  r.reference = "decode 8x1 @512";
+  r.reference_before_ms = 4.0;
+  r.reference_after_ms = 5.5;
+  CHECK(contention_refusal(r).empty());
+  r.reference_after_ms = 2.0;
+  CHECK(contention_refusal(r).find("the reference step (decode 8x1 @512) took 4.000 ms before the grid and 2.000 ms "
+                                   "after (-50.0 %") != std::string::npos);
+  // One repetition: nothing to compare, nothing refused.
+  CalibrationConditions one;
+  repetition_agreement({{1e-3}, {2e-3}}, {"a", "b"}, one);
+  CHECK(one.repeat_compared == 0);
+  CHECK(one.repeat_median == -1);
+  CHECK(contention_refusal(one).empty());
+}
+
+TEST_CASE("mixed_fit: the grid's mixed shapes correct the composition of mixed steps, by prefill tokens and decodes") {
+  OperatorProfile p = truth_profile();
+  // Truth composes exactly; the "measured" mixed shapes are, with 4 decodes, 1.2x it at a
+  // 128-token prompt and 0.9x at 512; with 16 decodes 1.4x and 1.1x.
+  const auto mixed_truth = [](int prompt, int seqs) {
+    std::vector<std::tuple<int, int, bool>> s{{0, prompt, true}};
+    s.resize(size_t(seqs) + 1, {512, 1, true});
+    return Truth::step(s);
+  };
+  for (int seqs : {4, 16}) {
+    const double more = seqs == 16 ? 0.2 : 0.0;
+    p.raw.push_back({"mixed", seqs, 128, 512, true, false, (1.2 + more) * mixed_truth(128, seqs)});
+    p.raw.push_back({"mixed", seqs, 512, 512, true, false, (0.9 + more) * mixed_truth(512, seqs)});
+  }
+  derive_curves(p);
+  CHECK(p.mixed_factor.empty());  // not a mixed_fit profile: the shapes are only checks
+  const auto plain = std::make_shared<OperatorProfile>(p);
+  p.mixed_fit = true;
+  derive_curves(p);
+  REQUIRE(p.mixed_decodes == std::vector<double>{4, 16});
+  REQUIRE(p.mixed_factor.size() == 2);
+  CHECK(p.mixed_factor[0].x == std::vector<double>{128, 512});
+  CHECK(p.mixed_factor[0].y[0] == doctest::Approx(1.2));
+  CHECK(p.mixed_factor[1].y[1] == doctest::Approx(1.1));
+  const ProfiledCostModel fit(std::make_shared<OperatorProfile>(p)), checks(plain);
+  const auto ratio = [&](const std::vector<std::tuple<int, int, bool>>& seqs) {
+    return fit.estimate(plan_of(seqs)).total_s() / checks.estimate(plan_of(seqs)).total_s();
+  };
+  const std::tuple<int, int, bool> dec{700, 1, true};
+  CHECK(ratio({{0, 128, true}, dec}) == doctest::Approx(1.2));                 // 1 decode: held at 4
+  CHECK(ratio({{0, 320, true}, dec, {90, 1, true}}) == doctest::Approx(1.05));  // halfway in tokens
+  CHECK(ratio({{0, 2000, true}, dec}) == doctest::Approx(0.9));                // held, not extrapolated
+  CHECK(ratio({{0, 16, true}, {300, 1, true}}) == doctest::Approx(1.2));
+  std::vector<std::tuple<int, int, bool>> ten{{0, 128, true}};
+  ten.resize(11, dec);
+  CHECK(ratio(ten) == doctest::Approx(1.3));  // 10 decodes: halfway between 4 and 16
+  std::vector<std::tuple<int, int, bool>> many{{0, 512, true}};
+  many.resize(31, dec);
+  CHECK(ratio(many) == doctest::Approx(1.1));  // 30 decodes: held at 16
+  CHECK(ratio({{0, 128, true}}) == doctest::Approx(1.0));  // a prefill-only step: not corrected
+  CHECK(ratio({dec, {30, 1, true}}) == doctest::Approx(1.0));  // decode-only
+  // The grid's own mixed shapes come out as measured; the flag survives the file.
+  for (const ProfileStep& s : p.raw)
+    if (s.kind == "mixed") CHECK(fit.estimate(plan_of_profile_step(s)).total_s() == doctest::Approx(s.seconds));
+  const std::string path = write_file("mixed_fit.yaml", config_detail::profile_file_text(p, "t", 16, ""));
+  const Workload w = parse_workload(workload_with(path), "w.yaml");
+  CHECK(w.hardware.profiled->mixed_fit);
+  CHECK(mixed_correction(*w.hardware.profiled, 320, 10) == doctest::Approx(mixed_correction(p, 320, 10)));
+  CHECK(mixed_correction(*plain, 320, 10) == 1.0);
+}
+
+TEST_CASE("tp > 1: a step's all-reduces measured by size, priced apart from the linear work, the total unchanged") {
+  // measure_allreduce: two all-reduces per layer of tokens x hidden floats, at each size.
+  struct Counting final : communicator_i {
+    std::vector<size_t> sizes;
+    int size() const override { return 2; }
+    void all_reduce_sum(std::span<float* const> b, size_t n) override {
+      CHECK(b.size() == 2);
+      sizes.push_back(n);
+    }
+  } comm;
+  const std::vector<ProfileStep> ar = measure_allreduce(comm, 256, 4, {1, 64}, 3);
+  REQUIRE(ar.size() == 2);
+  CHECK(ar[0].kind == "allreduce");
+  CHECK(ar[1].tokens == 64);
+  CHECK(ar[1].seconds > 0);
+  // per size: a warm step and 3 timed ones, each 2 x 4 layers
+  CHECK(std::count(comm.sizes.begin(), comm.sizes.end(), size_t(256)) == 4 * 8);
+  CHECK(std::count(comm.sizes.begin(), comm.sizes.end(), size_t(64 * 256)) == 4 * 8);
+  struct One final : communicator_i {
+    int size() const override { return 1; }
+    void all_reduce_sum(std::span<float* const>, size_t) override { FAIL("tp 1 has no all-reduce"); }
+  } one;
+  CHECK(measure_allreduce(one, 256, 4, {1, 64}, 3).empty());
+
+  OperatorProfile p = truth_profile();
+  p.tp = 2;
+  const ProfiledCostModel without(std::make_shared<OperatorProfile>(p));
+  p.raw.push_back({"allreduce", 1, 1, 0, false, false, 2e-5});
+  p.raw.push_back({"allreduce", 1, 1024, 0, false, false, 4e-4});
+  derive_curves(p);
+  const ProfiledCostModel with(std::make_shared<OperatorProfile>(p));
+  for (const auto& seqs : std::vector<std::vector<std::tuple<int, int, bool>>>{
+           {{700, 1, true}}, {{0, 300, true}, {5, 1, true}}, {{1500, 200, false}}}) {
+    const StepPlan plan = plan_of(seqs);
+    const StepCost a = without.estimate(plan), b = with.estimate(plan);
+    CAPTURE(plan.num_tokens);
+    CHECK(a.comm_s == 0);
+    CHECK(b.comm_s == doctest::Approx(p.allreduce.at(plan.num_tokens)));  // interpolated by tokens
+    CHECK(b.comm_s > 0);
+    CHECK(b.total_s() == doctest::Approx(a.total_s()).epsilon(1e-12));
+  }
+  // The file keeps them; a tp 1 profile with allreduce entries is refused at the entry.
+  const std::string path = write_file("allreduce.yaml", config_detail::profile_file_text(p, "t", 16, ""));
+  const Workload w = parse_workload(workload_with(path, "tiny", 2), "w.yaml");
+  CHECK(w.hardware.profiled->allreduce.x.size() == 2);
+  std::string text = config_detail::profile_file_text(p, "t", 16, "");
+  text.replace(text.find("tp: 2"), 5, "tp: 1");
+  const std::string bad = write_file("allreduce_tp1.yaml", text);
+  CHECK(load_error(workload_with(bad)).find("allreduce entries belong to a profile measured at tp > 1") !=
+        std::string::npos);
+}
+
 TEST_CASE("a bad profile file is refused naming the file, the line and the field") {
   const OperatorProfile p = truth_profile();
   const std::string good = config_detail::profile_file_text(p, "t", 16, "");
@@ -236,7 +433,7 @@ TEST_CASE("a bad profile file is refused naming the file, the line and the field
   const std::vector<Case> cases = {
       {"kind", replaced("kind: multi", "kind: multy"),
        "field 'hardware.profiled.raw[24].kind': unknown step kind 'multy'"},
-      {"ms", replaced("ms: ", "ms: -"), "field 'hardware.profiled.raw[0].ms'"},
+      {"ms", replaced(", ms: ", ", ms: -"), "field 'hardware.profiled.raw[0].ms'"},
       {"tokens", replaced("{kind: decode, seqs: 1, tokens: 1", "{kind: decode, seqs: 1, tokens: 2"),
        "field 'hardware.profiled.raw[38].tokens': a decode step has one token per sequence"},
       {"nodecode", good.substr(0, good.rfind('\n', good.find("{kind: decode")) + 1),
