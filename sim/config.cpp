@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "backend/cost_model.h"
 #include "sim/config_sections.h"
@@ -261,6 +262,22 @@ Workload load_workload(const std::string& path, const std::vector<Override>& ove
 }
 
 namespace {
+// Text from the workload (a hardware name, a profile's provenance, a path) put in a comment line
+// of the resolved YAML: a control character would end the comment or the line, and what
+// follows would be read as YAML (a fuzz finding: a hardware name with \x00 in it), so it is
+// written as \xNN.
+std::string comment_text(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += c;
+  }
+  return out;
+}
+
 // What the workload's cost model predicts for a few reference steps, so that a profile can be
 // checked by eye before a run (and a roofline preset compared with a measured profile).
 std::string reference_steps(const Workload& w) {
@@ -281,7 +298,7 @@ std::string reference_steps(const Workload& w) {
   return fmt::format(
       "# predicted step times (ms), {}: decode 1 x {} ctx {:.4g}; decode {} x {} ctx {:.4g}; "
       "prefill {} tokens {:.4g}; chunk {} over {} cached {:.4g}; mixed {} prompt + {} decodes {:.4g}\n",
-      model->inputs().substr(0, model->inputs().find(':')), ctx, ms({{ctx, 1}}), big, ctx, ms(dec), pre, ms({{0, pre}}),
+      comment_text(model->inputs().substr(0, model->inputs().find(':'))), ctx, ms({{ctx, 1}}), big, ctx, ms(dec), pre, ms({{0, pre}}),
       chunk, len - chunk, ms({{len - chunk, chunk}}), std::min(256, pre), mix_decodes, ms(mixed));
 }
 }  // namespace
@@ -310,9 +327,10 @@ std::string to_yaml(const Workload& w) {
              out.c_str(), reference_steps(w), m.params() / 1e9, m.kv_bytes_per_token(),
              int64_t{e.resolved_kv_blocks} * e.block_size,
              double(e.resolved_kv_blocks) * e.block_size * m.kv_bytes_per_token() / 1e9,
-             w.hardware.source.empty() ? "given in the workload" : w.hardware.source) +
-         (e.prefix_caching_off_reason.empty() ? ""
-                                              : fmt::format("# prefix caching off: {}\n", e.prefix_caching_off_reason));
+             w.hardware.source.empty() ? "given in the workload" : comment_text(w.hardware.source)) +
+         (e.prefix_caching_off_reason.empty()
+              ? ""
+              : fmt::format("# prefix caching off: {}\n", comment_text(e.prefix_caching_off_reason)));
 }
 
 }  // namespace tandem
