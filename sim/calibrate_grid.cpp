@@ -127,6 +127,7 @@ void repetition_agreement(const std::vector<std::vector<double>>& sorted_times, 
   std::vector<double> gaps;
   double worst = -1;
   c.repeat_over = 0;
+  c.repeat_worst.clear();
   for (size_t i = 0; i < sorted_times.size(); ++i) {
     const std::vector<double>& t = sorted_times[i];
     if (t.size() < 2 || t[0] * 1e3 < kRepeatMinMs) continue;

@@ -311,6 +311,10 @@ TEST_CASE("calibrate's contention checks: repetitions that disagree, a reference
   CalibrationConditions one;
   repetition_agreement({{1e-3}, {2e-3}}, {"a", "b"}, one);
   CHECK(one.repeat_compared == 0);
+  CHECK(one.repeat_worst.empty());
+  repetition_agreement(t, names, one);  // the same record filled again: nothing stale stays
+  repetition_agreement({{1e-3}}, {"a"}, one);
+  CHECK(one.repeat_worst.empty());
   CHECK(one.repeat_median == -1);
   CHECK(contention_refusal(one).empty());
 }
