@@ -33,7 +33,8 @@ struct CudaExecutorOptions {
   int32_t device = 0;                      // the instance's first GPU (a second instance in one process: its own)
   bool deterministic = true;               // pin the GEMM algorithms: batch/chunk-invariant (engine.deterministic)
   bool cuda_graph = true;                  // replay decode steps from captured graphs (engine.cuda_graph)
-  bool mma_attention = false;  // attention on the tensor cores (engine.cuda_attention: mma) or CUDA cores (simt)
+  // engine.cuda_attention: 0 simt (CUDA cores), 1 mma (tensor cores), 2 split (split-KV, CUDA cores)
+  int32_t attention = 0;
   int32_t max_step_tokens =
       SchedulerConfig{}.max_num_batched_tokens;            // the largest step (engine.max_num_batched_tokens)
   int32_t max_step_seqs = SchedulerConfig{}.max_num_seqs;  // (engine.max_num_seqs)
@@ -43,7 +44,7 @@ struct CudaExecutorOptions {
 // The module's version of this boundary. Bump it whenever CudaModuleApi, CudaExecutorOptions or
 // anything they pass by reference changes shape: the loader refuses a module of another version
 // (a stale tandem-cuda.so beside a newer binary) instead of calling into it.
-constexpr uint32_t kCudaModuleAbi = 1;
+constexpr uint32_t kCudaModuleAbi = 2;  // 2: CudaExecutorOptions.attention (was bool mma_attention)
 constexpr const char* kCudaModuleEntry = "tandem_cuda_module";  // extern "C" CudaModuleEntryFn
 constexpr const char* kCudaModuleFile = "tandem-cuda.so";
 constexpr const char* kCudaModuleEnv = "TANDEM_CUDA_MODULE";  // a path that overrides the lookup

@@ -53,8 +53,8 @@ EngineSpec parse_engine(const Field& f) {
   if (f.has("deterministic")) e.deterministic = f["deterministic"].as_bool();
   if (f.has("cuda_graph")) e.cuda_graph = f["cuda_graph"].as_bool();
   e.cuda_attention = f.get_string("cuda_attention", e.cuda_attention);
-  if (e.cuda_attention != "simt" && e.cuda_attention != "mma")
-    f["cuda_attention"].fail(fmt::format("unknown attention kernel '{}' (known: simt, mma)", e.cuda_attention));
+  if (e.cuda_attention != "simt" && e.cuda_attention != "mma" && e.cuda_attention != "split")
+    f["cuda_attention"].fail(fmt::format("unknown attention kernel '{}' (known: simt, mma, split)", e.cuda_attention));
   e.tp = int32_t(f.get_int("tp", 1, 1, 1024));
   e.data_parallel = int32_t(f.get_int("data_parallel", 1, 1, 64));
   if (f.has("num_kv_blocks") && f.has("kv_memory_gb"))

@@ -18,7 +18,9 @@ cuda::CudaExecutorOptions cuda_executor_options(const EngineSpec& e) {
           .device = e.device,
           .deterministic = e.deterministic,
           .cuda_graph = e.cuda_graph,
-          .mma_attention = e.cuda_attention == "mma",
+          .attention = e.cuda_attention == "mma"     ? 1
+                       : e.cuda_attention == "split" ? 2
+                                                     : 0,
           .max_step_tokens = e.max_num_batched_tokens,
           .max_step_seqs = e.max_num_seqs};
 }

@@ -124,12 +124,108 @@ struct StepTimer {
   }
 };
 
+// One decoder layer of `m` op by op at `batch` decode tokens over `context` cached keys, each op
+// timed alone with CUDA events (median of 20 after 3 warm-up runs): where a decode step's time
+// goes, without a profiler. Every attention variant and both GEMM choices (pinned cuBLASLt, the
+// own tensor-core GEMM) are timed; the step itself runs one of each.
+json layer_ops(const ModelSpec& m, int32_t batch, int32_t context, int32_t pin_tokens, cudaStream_t s) {
+  const int64_t h = m.hidden, hd = m.head_dim(), H = m.heads, KV = m.kv_heads, F = m.ffn, T = batch;
+  const int64_t qkv_n = (H + 2 * KV) * hd;
+  const int32_t bs = 16, blocks_per_seq = (context + 1 + bs - 1) / bs, num_blocks = batch * blocks_per_seq;
+  const auto filled = [&](int64_t rows, int64_t cols, uint64_t id, float scale) {
+    cuda::DeviceBuffer<cuda::bf16> b(size_t(rows * cols));
+    cuda::fill_uniform(b.get(), rows, cols, cols, 0, 0, 11, id, scale, s);
+    return b;
+  };
+  const auto wqkv = filled(qkv_n, h, 1, 0.02f), wo = filled(h, H * hd, 2, 0.02f), wgu = filled(2 * F, h, 3, 0.02f),
+             wd = filled(h, F, 4, 0.02f), xn = filled(T, h, 5, 1.0f), act = filled(T, F, 6, 1.0f),
+             attn_in = filled(T, H * hd, 7, 1.0f);
+  const size_t kv_elems = size_t(num_blocks) * bs * size_t(KV * hd);
+  const auto k_cache = filled(1, int64_t(kv_elems), 8, 1.0f), v_cache = filled(1, int64_t(kv_elems), 9, 1.0f);
+  cuda::DeviceBuffer<float> x(size_t(T * h)), partial(size_t(T * h)), qkv(size_t(T * qkv_n)), gu(size_t(T * 2 * F)),
+      norm_w(static_cast<size_t>(h)), rope_cos(size_t((context + 1) * hd / 2)), rope_sin(rope_cos.size());
+  for (auto* b : {&x, &partial, &qkv, &gu, &norm_w, &rope_cos, &rope_sin})
+    TANDEM_CUDA_CHECK(cudaMemsetAsync(b->get(), 0, b->size() * sizeof(float), s));
+  cuda::DeviceBuffer<cuda::bf16> xn_out(size_t(T * h)), attn_out(size_t(T * H * hd)), act_out(size_t(T * F));
+  std::vector<int32_t> positions(static_cast<size_t>(T), context), slots(static_cast<size_t>(T)),
+      tables(static_cast<size_t>(num_blocks));
+  std::vector<cuda::AttentionTile> tiles;
+  for (int32_t b = 0; b < batch; ++b) {
+    for (int32_t i = 0; i < blocks_per_seq; ++i) tables[size_t(b * blocks_per_seq + i)] = b * blocks_per_seq + i;
+    slots[size_t(b)] = (b * blocks_per_seq + context / bs) * bs + context % bs;
+    tiles.push_back({b, b, 1, context});
+  }
+  const auto up = [&](const auto& v) {
+    cuda::DeviceBuffer<std::decay_t<decltype(v[0])>> d(v.size());
+    TANDEM_CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
+    return d;
+  };
+  const auto d_pos = up(positions), d_slots = up(slots), d_tables = up(tables);
+  const auto d_tiles = up(tiles);
+  const int32_t max_positions = blocks_per_seq * bs;
+  cuda::DeviceBuffer<float> ws(size_t(cuda::attention_split_workspace_floats(T * H, max_positions, int32_t(hd))));
+  cuda::AttentionArgs a{.qkv = qkv.get(),
+                        .qkv_stride = qkv_n,
+                        .k_cache = k_cache.get(),
+                        .v_cache = v_cache.get(),
+                        .block_tables = d_tables.get(),
+                        .table_width = blocks_per_seq,
+                        .block_size = bs,
+                        .tiles = d_tiles.get(),
+                        .n_tiles = batch,
+                        .heads = int32_t(H),
+                        .kv_heads = int32_t(KV),
+                        .head_dim = int32_t(hd),
+                        .out = attn_out.get(),
+                        .tokens = T,
+                        .max_positions = max_positions,
+                        .split_workspace = ws.get(),
+                        .split_workspace_floats = int64_t(ws.size())};
+  cuda::Gemm pinned(true, pin_tokens, 8192), own(true, pin_tokens, 8192, true);
+  json ops = json::array();
+  const auto op = [&](const char* name, double bytes, auto&& f) {
+    const double us = 1e3 * time_events(s, 3, 20, [&](int) { f(); });
+    const double roof_us = bytes / 4.0e12 * 1e6;  // nominal 4 TB/s, for scale only (the measured copy rate is above)
+    std::printf("  %-26s %10.1f us  %10.2f MB  %8.1f us at 4 TB/s\n", name, us, bytes / 1e6, roof_us);
+    ops.push_back({{"op", name}, {"us", us}, {"bytes", bytes}});
+  };
+  std::printf("\nlayer ops, batch %d, context %d (llama3-8b shapes, one layer; GEMMs pinned at %d)\n", batch, context,
+              pin_tokens);
+  const double wbytes = 2.0;
+  op("add_rmsnorm", 12.0 * T * h,
+     [&] { cuda::add_rmsnorm(x.get(), partial.get(), norm_w.get(), T, h, 1e-5f, xn_out.get(), s); });
+  op("gemm qkv (pinned)", wbytes * qkv_n * h, [&] { pinned.run(xn.get(), T, h, wqkv.get(), qkv_n, qkv.get(), s); });
+  op("gemm qkv (own)", wbytes * qkv_n * h, [&] { own.run(xn.get(), T, h, wqkv.get(), qkv_n, qkv.get(), s); });
+  op("rope_store_kv", 8.0 * T * qkv_n, [&] {
+    cuda::rope_store_kv(qkv.get(), d_pos.get(), d_slots.get(), rope_cos.get(), rope_sin.get(), T, int32_t(H),
+                        int32_t(KV), int32_t(hd), k_cache.get(), v_cache.get(), s);
+  });
+  const double kv_read = 2.0 * 2.0 * double(T) * (context + 1) * KV * hd;
+  op("attention simt", kv_read, [&] { cuda::paged_attention(a, s); });
+  op("attention split", kv_read, [&] { cuda::paged_attention_split(a, s); });
+  cuda::AttentionArgs inblock = a;
+  inblock.split_workspace = nullptr;
+  op("attention split in-block", kv_read, [&] { cuda::paged_attention_split(inblock, s); });
+  if (m.heads / m.kv_heads <= 64) {
+    // The mma kernel takes its own tiles (up to 64 rows); one token per tile is a valid layout.
+    op("attention mma", kv_read, [&] { cuda::paged_attention_mma(a, s); });
+  }
+  op("gemm o (pinned)", wbytes * h * H * hd,
+     [&] { pinned.run(attn_in.get(), T, H * hd, wo.get(), h, partial.get(), s); });
+  op("gemm o (own)", wbytes * h * H * hd, [&] { own.run(attn_in.get(), T, H * hd, wo.get(), h, partial.get(), s); });
+  op("gemm gate/up (pinned)", wbytes * 2 * F * h, [&] { pinned.run(xn.get(), T, h, wgu.get(), 2 * F, gu.get(), s); });
+  op("gemm gate/up (own)", wbytes * 2 * F * h, [&] { own.run(xn.get(), T, h, wgu.get(), 2 * F, gu.get(), s); });
+  op("swiglu", 10.0 * T * F, [&] { cuda::swiglu(gu.get(), T, F, act_out.get(), s); });
+  op("gemm down (pinned)", wbytes * h * F, [&] { pinned.run(act.get(), T, F, wd.get(), h, partial.get(), s); });
+  op("gemm down (own)", wbytes * h * F, [&] { own.run(act.get(), T, F, wd.get(), h, partial.get(), s); });
+  return {{"batch", batch}, {"context", context}, {"ops", ops}};
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path;
-  bool quick = false;
-  std::vector<std::string> only_modes;  // empty: all (one process per mode keeps a crash from losing the rest)
+  bool quick = false, ops_only = false;  // --ops: the per-op table of one layer only (no ceilings, no modes)
+  std::vector<std::string> only_modes;   // empty: all (one process per mode keeps a crash from losing the rest)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc)
@@ -138,10 +234,12 @@ int main(int argc, char** argv) {
       quick = true;
     else if (a == "--mode" && i + 1 < argc)
       only_modes.push_back(argv[++i]);
+    else if (a == "--ops")
+      ops_only = true;
     else {
       std::fprintf(stderr,
-                   "usage: bench_cuda [--json PATH] [--quick] [--mode deterministic|deterministic_mma|"
-                   "deterministic_pin64|fast ...]\n");
+                   "usage: bench_cuda [--json PATH] [--quick] [--ops] [--mode deterministic|deterministic_mma|"
+                   "deterministic_split|deterministic_pin64|fast ...]\n");
       return 2;
     }
   }
@@ -154,6 +252,14 @@ int main(int argc, char** argv) {
     TANDEM_CUDA_CHECK(cudaSetDevice(0));
     cudaStream_t s;
     TANDEM_CUDA_CHECK(cudaStreamCreate(&s));
+    if (ops_only) {
+      json out;
+      out["device"] = cuda::device_description(0);
+      const ModelSpec m = *model_preset("llama3-8b");
+      for (const int32_t b : {1, 64}) out["layer_ops"].push_back(layer_ops(m, b, 1024, 256, s));
+      if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+      return 0;
+    }
     const Ceilings c = measure_ceilings(s);
     json out;
     out["device"] = cuda::device_description(0);
@@ -187,9 +293,11 @@ int main(int argc, char** argv) {
       int32_t pin_tokens;
       cuda::AttentionKernel attention;
     };
-    const auto simt = cuda::AttentionKernel::Simt, mma = cuda::AttentionKernel::Mma;
+    const auto simt = cuda::AttentionKernel::Simt, mma = cuda::AttentionKernel::Mma,
+               split = cuda::AttentionKernel::Split;
     for (const Mode& md : {Mode{"deterministic", true, 256, simt}, Mode{"deterministic_mma", true, 256, mma},
-                           Mode{"deterministic_pin64", true, 64, simt}, Mode{"fast", false, 256, simt}}) {
+                           Mode{"deterministic_split", true, 256, split}, Mode{"deterministic_pin64", true, 64, simt},
+                           Mode{"fast", false, 256, simt}}) {
       if (!only_modes.empty() && std::find(only_modes.begin(), only_modes.end(), md.name) == only_modes.end()) continue;
       const char* mode = md.name;
       const bool deterministic = md.deterministic;
@@ -202,7 +310,7 @@ int main(int argc, char** argv) {
       const int32_t blocks = std::max(max_batch * ((context + 1 + bs - 1) / bs), (prefills.back() + bs - 1) / bs);
       cuda::CudaModel model(m, nullptr, 1, blocks, bs, o);
       model.randomize_kv_cache(5);
-      if (md.pin_tokens != 256 || md.attention == mma)
+      if (md.pin_tokens != 256 || md.attention != simt)
         std::printf("\n");
       else
         std::printf("%s", model.describe().c_str());

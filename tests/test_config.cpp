@@ -111,9 +111,12 @@ TEST_CASE("CUDA backend knobs: defaults, values, bad values, and the resolved YA
   const Workload again = parse_workload(to_yaml(w), "resolved.yaml");
   CHECK_FALSE(again.engine.cuda_graph);
   CHECK(again.engine.cuda_attention == "mma");
+  const Workload split = parse_workload(std::string(kBase) + "engine: {cuda_attention: split}\n", "w.yaml");
+  CHECK(split.engine.cuda_attention == "split");
+  CHECK(parse_workload(to_yaml(split), "resolved.yaml").engine.cuda_attention == "split");
   const std::string e = error_of(kBase, {{"engine.cuda_attention", "flash"}});
   CHECK(e.find("engine.cuda_attention") != std::string::npos);
-  CHECK(e.find("known: simt, mma") != std::string::npos);
+  CHECK(e.find("known: simt, mma, split") != std::string::npos);
   CHECK(error_of(kBase, {{"engine.cuda_graph", "7"}}).find("engine.cuda_graph") != std::string::npos);
 }
 

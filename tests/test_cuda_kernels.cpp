@@ -374,11 +374,26 @@ std::vector<double> attention_ref(const KvHost& kv, const AttnSeq& s) {
   return out;
 }
 
-// One paged_attention (or, with mma, paged_attention_mma) launch over `seqs`, built as the
-// model builds a step (tiles of the kernel's tile tokens, a trailing padding tile). The k/v part of the qkv rows
-// is NaN: only q may be read. Returns each sequence's output rows ([n][heads * hd]).
-std::vector<std::vector<bf16>> attend(bool mma, const KvHost& kv, const DeviceBuffer<bf16>& d_k,
+// The attention variants: paged_attention (simt), paged_attention_mma, and
+// paged_attention_split made to spread its splits (a workspace that fits) or to walk them in
+// each block (none).
+enum class Attn { simt, mma, split_spread, split_inblock };
+const char* name(Attn a) {
+  switch (a) {
+    case Attn::simt: return "simt";
+    case Attn::mma: return "mma";
+    case Attn::split_spread: return "split (spread)";
+    case Attn::split_inblock: return "split (in-block)";
+  }
+  return "?";
+}
+
+// One attention launch of variant `kind` over `seqs`, built as the model builds a step (tiles
+// of the kernel's tile tokens, a trailing padding tile). The k/v part of the qkv rows is NaN:
+// only q may be read. Returns each sequence's output rows ([n][heads * hd]).
+std::vector<std::vector<bf16>> attend(Attn kind, const KvHost& kv, const DeviceBuffer<bf16>& d_k,
                                       const DeviceBuffer<bf16>& d_v, const std::vector<const AttnSeq*>& seqs) {
+  const bool mma = kind == Attn::mma;
   const AttnCfg& c = kv.c;
   const int64_t w = c.q_width(), stride = c.qkv_stride();
   int64_t T = 0;
@@ -409,20 +424,36 @@ std::vector<std::vector<bf16>> attend(bool mma, const KvHost& kv, const DeviceBu
   const DeviceBuffer<tc::AttentionTile> d_tiles = upload(tiles);
   DeviceBuffer<bf16> d_out(size_t(T * w));
   poison(d_out);
-  const tc::AttentionArgs args{.qkv = d_qkv.get(),
-                               .qkv_stride = stride,
-                               .k_cache = d_k.get(),
-                               .v_cache = d_v.get(),
-                               .block_tables = d_tables.get(),
-                               .table_width = int32_t(width),
-                               .block_size = kBlockSize,
-                               .tiles = d_tiles.get(),
-                               .n_tiles = int32_t(tiles.size()),
-                               .heads = c.heads,
-                               .kv_heads = c.kv_heads,
-                               .head_dim = c.hd,
-                               .out = d_out.get()};
-  (mma ? tc::paged_attention_mma : tc::paged_attention)(args, kStream);
+  tc::AttentionArgs args{.qkv = d_qkv.get(),
+                         .qkv_stride = stride,
+                         .k_cache = d_k.get(),
+                         .v_cache = d_v.get(),
+                         .block_tables = d_tables.get(),
+                         .table_width = int32_t(width),
+                         .block_size = kBlockSize,
+                         .tiles = d_tiles.get(),
+                         .n_tiles = int32_t(tiles.size()),
+                         .heads = c.heads,
+                         .kv_heads = c.kv_heads,
+                         .head_dim = c.hd,
+                         .out = d_out.get(),
+                         .tokens = T,
+                         .max_positions = int32_t(width) * kBlockSize};
+  if (kind == Attn::mma) {
+    tc::paged_attention_mma(args, kStream);
+  } else if (kind == Attn::simt) {
+    tc::paged_attention(args, kStream);
+  } else {
+    // The workspace of the spread way, poisoned: a partial the combine reads unwritten shows.
+    const int64_t ws_floats = tc::attention_split_workspace_floats(T * c.heads, args.max_positions, c.hd);
+    DeviceBuffer<float> ws(size_t(kind == Attn::split_spread ? ws_floats : 1));
+    poison(ws);
+    args.split_workspace = kind == Attn::split_spread ? ws.get() : nullptr;
+    args.split_workspace_floats = kind == Attn::split_spread ? ws_floats : 0;
+    CHECK(tc::attention_split_spreads(args) == (kind == Attn::split_spread));
+    tc::paged_attention_split(args, kStream);
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(kStream));
+  }
   const std::vector<bf16> out = download(d_out);
   CHECK_MESSAGE(count_nonfinite(out) == 0, "attention output not all written (or NaN)");
 
@@ -437,11 +468,11 @@ std::vector<std::vector<bf16>> attend(bool mma, const KvHost& kv, const DeviceBu
 
 }  // namespace
 
-TEST_CASE("cuda kernels: paged_attention (CUDA cores and tensor cores) vs float64, batch and chunk invariance") {
+TEST_CASE("cuda kernels: paged attention (simt, mma, split-KV both ways) vs float64, batch and chunk invariance") {
   Rng rng(404);
-  for (const bool mma : {false, true})
+  for (const Attn kind : {Attn::simt, Attn::mma, Attn::split_spread, Attn::split_inblock})
     for (const AttnCfg c : {AttnCfg{8, 2, 128}, AttnCfg{12, 4, 64}, AttnCfg{8, 8, 32}, AttnCfg{16, 1, 32}}) {
-      CAPTURE(mma);
+      CAPTURE(name(kind));
       CAPTURE(c.hd);
       CAPTURE(c.heads);
       CAPTURE(c.kv_heads);
@@ -463,12 +494,11 @@ TEST_CASE("cuda kernels: paged_attention (CUDA cores and tensor cores) vs float6
       const AttnSeq prefill = make_seq(0, 130);     // a whole prompt
       const AttnSeq prompt = make_seq(0, 100);      // for the chunking checks
       const DeviceBuffer<bf16> d_k = upload(kv.k), d_v = upload(kv.v);
-      MESSAGE((mma ? "mma" : "simt"), " hd ", c.hd, " heads ", c.heads, " kv ", c.kv_heads, ": decode context ",
-              decode_context);
+      MESSAGE(name(kind), " hd ", c.hd, " heads ", c.heads, " kv ", c.kv_heads, ": decode context ", decode_context);
 
       // All together in one launch, against the reference.
       const std::vector<const AttnSeq*> together{&decode, &chunk, &decode_first, &prefill, &decode_65};
-      const std::vector<std::vector<bf16>> out = attend(mma, kv, d_k, d_v, together);
+      const std::vector<std::vector<bf16>> out = attend(kind, kv, d_k, d_v, together);
       const std::string names[] = {"decode", "chunk", "decode_first", "prefill", "decode_65"};
       for (size_t s = 0; s < together.size(); ++s) {
         const double rel = rel_err(out[s], attention_ref(kv, *together[s]));
@@ -477,31 +507,67 @@ TEST_CASE("cuda kernels: paged_attention (CUDA cores and tensor cores) vs float6
 
       // Batch invariance: each sequence alone gives the same bits as in the mixed launch.
       for (size_t s = 0; s < together.size(); ++s) {
-        const std::vector<std::vector<bf16>> alone = attend(mma, kv, d_k, d_v, {together[s]});
+        const std::vector<std::vector<bf16>> alone = attend(kind, kv, d_k, d_v, {together[s]});
         CHECK_MESSAGE(same_bits(alone[0].data(), out[s].data(), out[s].size()), names[s], " alone != together");
       }
 
       // Chunk invariance: the prompt at once == in two chunks == as single-token steps.
-      const std::vector<bf16> once = attend(mma, kv, d_k, d_v, {&prompt})[0];
+      const std::vector<bf16> once = attend(kind, kv, d_k, d_v, {&prompt})[0];
       const double rel_once = rel_err(once, attention_ref(kv, prompt));
       CHECK_MESSAGE(rel_once <= 1e-2, "prompt rel ", rel_once);
       const size_t w = size_t(c.q_width());
       const AttnSeq first = slice(prompt, 0, 37, c), second = slice(prompt, 37, 63, c);
-      const std::vector<bf16> out_first = attend(mma, kv, d_k, d_v, {&first})[0];
-      const std::vector<bf16> out_second = attend(mma, kv, d_k, d_v, {&second})[0];
+      const std::vector<bf16> out_first = attend(kind, kv, d_k, d_v, {&first})[0];
+      const std::vector<bf16> out_second = attend(kind, kv, d_k, d_v, {&second})[0];
       CHECK(same_bits(out_first.data(), once.data(), 37 * w));
       CHECK(same_bits(out_second.data(), once.data() + 37 * w, 63 * w));
       // The second chunk next to a decode, in the other order.
-      const std::vector<std::vector<bf16>> mixed = attend(mma, kv, d_k, d_v, {&decode, &second});
+      const std::vector<std::vector<bf16>> mixed = attend(kind, kv, d_k, d_v, {&decode, &second});
       CHECK(same_bits(mixed[1].data(), once.data() + 37 * w, 63 * w));
       CHECK(same_bits(mixed[0].data(), out[0].data(), w));
       for (const int32_t pos : {0, 1, 15, 16, 63, 64, 65, 99}) {
         CAPTURE(pos);
         const AttnSeq step = slice(prompt, pos, 1, c);
-        const std::vector<bf16> one = attend(mma, kv, d_k, d_v, {&step})[0];
+        const std::vector<bf16> one = attend(kind, kv, d_k, d_v, {&step})[0];
         CHECK(same_bits(one.data(), once.data() + size_t(pos) * w, w));
       }
     }
+}
+
+// The split-KV kernel's two ways (spread over the GPU with a combine kernel, or walked in each
+// block) are one function: the same bits for every row, over contexts of 1 to 11 splits.
+TEST_CASE("cuda kernels: split-KV attention spread == in-block, bit for bit") {
+  Rng rng(405);
+  for (const AttnCfg c : {AttnCfg{32, 8, 128}, AttnCfg{12, 4, 64}, AttnCfg{16, 1, 32}}) {
+    CAPTURE(c.hd);
+    CAPTURE(c.heads);
+    KvHost kv(c, 160, rng);
+    std::vector<AttnSeq> seqs;
+    for (const auto& [n_before, n] : {std::pair{699, 1}, std::pair{63, 1}, std::pair{64, 1}, std::pair{0, 1},
+                                      std::pair{127, 1}, std::pair{300, 45}, std::pair{0, 200}}) {
+      AttnSeq s;
+      s.table = kv.allocate(n_before + n, rng);
+      s.n_before = n_before;
+      s.n = n;
+      s.q = random_floats(rng, size_t(int64_t(n) * c.q_width()), -2.0, 2.0);
+      seqs.push_back(std::move(s));
+    }
+    std::vector<const AttnSeq*> all;
+    for (const AttnSeq& s : seqs) all.push_back(&s);
+    const DeviceBuffer<bf16> d_k = upload(kv.k), d_v = upload(kv.v);
+    const auto spread = attend(Attn::split_spread, kv, d_k, d_v, all);
+    const auto inblock = attend(Attn::split_inblock, kv, d_k, d_v, all);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      CAPTURE(seqs[i].n_before);
+      CHECK(same_bits(spread[i].data(), inblock[i].data(), spread[i].size()));
+      const double rel = rel_err(spread[i], attention_ref(kv, seqs[i]));
+      CHECK_MESSAGE(rel <= 1e-2, "rel ", rel);
+    }
+    // A decode batch alone (the spread way's use) against the same rows in the mixed launch.
+    const auto decodes = attend(Attn::split_spread, kv, d_k, d_v, {all[0], all[1], all[2], all[3], all[4]});
+    for (size_t i = 0; i < decodes.size(); ++i)
+      CHECK(same_bits(decodes[i].data(), inblock[i].data(), decodes[i].size()));
+  }
 }
 
 TEST_CASE("cuda kernels: swiglu") {

@@ -84,8 +84,11 @@ cuda::CudaModelOptions opts(bool deterministic = true, int32_t tp = 1, bool nccl
   return o;
 }
 
-constexpr cuda::AttentionKernel kAttentionKernels[] = {cuda::AttentionKernel::Simt, cuda::AttentionKernel::Mma};
-std::string name(cuda::AttentionKernel a) { return a == cuda::AttentionKernel::Mma ? "mma" : "simt"; }
+constexpr cuda::AttentionKernel kAttentionKernels[] = {cuda::AttentionKernel::Simt, cuda::AttentionKernel::Mma,
+                                                       cuda::AttentionKernel::Split};
+std::string name(cuda::AttentionKernel a) {
+  return a == cuda::AttentionKernel::Mma ? "mma" : a == cuda::AttentionKernel::Split ? "split" : "simt";
+}
 
 // The same prompt through two configurations of one model (same dummy weights): the
 // relative error between the last token's logits.
@@ -308,7 +311,9 @@ TEST_CASE(
     "attention kernel)") {
   for (const auto kernel : kAttentionKernels) {
     CAPTURE(name(kernel));
-    const auto base = golden_on_gpu({kNoChunking}, false, nullptr, kernel);
+    cuda::CudaModelStats base_stats;
+    const auto base = golden_on_gpu({kNoChunking}, false, &base_stats, kernel);
+    if (kernel == cuda::AttentionKernel::Split) CHECK(base_stats.split_inblock_steps > 0);  // prompts > 64 tokens
     for (const std::string budget : {"16", "61", "512"})
       for (const bool graphs : {false, true}) {
         cuda::CudaModelStats st;
@@ -318,7 +323,11 @@ TEST_CASE(
         CHECK_MESSAGE(out == base, "budget ", budget, ", graphs ", graphs,
                       ": outputs differ from the unchunked baseline");
         MESSAGE(name(kernel), ", chunked at ", budget, ", graphs ", graphs, ": ", st.eager_steps, " eager steps, ",
-                st.graph_replays, " replays");
+                st.graph_replays, " replays, split-KV steps spread/in-block ", st.split_spread_steps, "/",
+                st.split_inblock_steps);
+        // Split-KV: chunks of up to 64 tokens and decodes spread their splits, longer prompts
+        // walk them in each block; the outputs above agree only if both ways are one function.
+        if (kernel == cuda::AttentionKernel::Split) CHECK(st.split_spread_steps > 0);
         if (graphs) CHECK_MESSAGE(st.graph_replays > 0, "budget ", budget, ": no step replayed a graph");
       }
   }
@@ -377,11 +386,13 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("the two attention kernels compute the same function (not bit for bit)") {
-  const double err = logits_rel_err(bf16_model(4, 1, 512), opts(true, 1, false, cuda::AttentionKernel::Simt),
-                                    opts(true, 1, false, cuda::AttentionKernel::Mma), 2, 31, 300);
-  MESSAGE("mma vs simt attention, logits rel err ", err);
-  CHECK(err < 2e-2);
+TEST_CASE("the three attention kernels compute the same function (not bit for bit)") {
+  for (const auto other : {cuda::AttentionKernel::Mma, cuda::AttentionKernel::Split}) {
+    const double err = logits_rel_err(bf16_model(4, 1, 512), opts(true, 1, false, cuda::AttentionKernel::Simt),
+                                      opts(true, 1, false, other), 2, 31, 300);
+    MESSAGE(name(other), " vs simt attention, logits rel err ", err);
+    CHECK(err < 2e-2);
+  }
 }
 
 namespace {

@@ -46,7 +46,10 @@ CudaModel* cuda_model_of(executor_i& exec) {
 }
 
 std::unique_ptr<executor_i> make_cuda_executor(ModelSpec& m, uint64_t seed, const CudaExecutorOptions& e) {
-  const CudaModelOptions opt{.attention = e.mma_attention ? AttentionKernel::Mma : AttentionKernel::Simt,
+  const AttentionKernel attention = e.attention == 1   ? AttentionKernel::Mma
+                                    : e.attention == 2 ? AttentionKernel::Split
+                                                       : AttentionKernel::Simt;
+  const CudaModelOptions opt{.attention = attention,
                              .deterministic = e.deterministic,
                              .cuda_graph = e.cuda_graph,
                              .tp = e.tp,

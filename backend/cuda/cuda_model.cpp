@@ -70,6 +70,7 @@ struct Rank {
   DeviceBuffer<float> x, qkv, gu, partial, logits;
   DeviceBuffer<bf16> xn, attn, act, last;
   DeviceBuffer<int32_t> meta, sampled;
+  DeviceBuffer<float> split_partials;  // split-KV attention's workspace (engine.cuda_attention: split)
 };
 
 struct Graph {
@@ -100,6 +101,7 @@ struct CudaModel::Impl {
   std::vector<KvIo> kv_io;
   CudaModelStats stats;
   int64_t n_tiles = 0, num_samples = 0;
+  int64_t split_workspace_floats = 0;  // per rank; 0 unless attention is Split
 
   ~Impl() {
     for (auto& [bucket, g] : graphs) (void)cudaGraphExecDestroy(g.exec);
@@ -314,8 +316,20 @@ void CudaModel::Impl::launch_step(int64_t T) {
                                .heads = r.heads,
                                .kv_heads = r.kv_heads,
                                .head_dim = int32_t(hd),
-                               .out = r.attn.get()};
-      (opt.attention == AttentionKernel::Mma ? paged_attention_mma : paged_attention)(args, r.stream);
+                               .out = r.attn.get(),
+                               .tokens = T,
+                               .max_positions = table_width * block_size,
+                               .split_workspace = r.split_partials.get(),
+                               .split_workspace_floats = split_workspace_floats};
+      switch (opt.attention) {
+        case AttentionKernel::Simt: paged_attention(args, r.stream); break;
+        case AttentionKernel::Mma: paged_attention_mma(args, r.stream); break;
+        case AttentionKernel::Split:
+          if (l == 0 && &r == &ranks[0])
+            ++(attention_split_spreads(args) ? stats.split_spread_steps : stats.split_inblock_steps);
+          paged_attention_split(args, r.stream);
+          break;
+      }
       r.gemm->run(r.attn.get(), T, r.heads * hd, L.wo.get(), h, r.partial.get(), r.stream);
     }
     all_reduce_partials(T * h);
@@ -406,7 +420,16 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
   // and the LM head's rows; the 32 MB GEMM workspace aside.
   const int32_t max_seqs = next_pow2(std::max(1, opt.max_step_seqs));
   const double tokens = double(std::max(opt.max_step_tokens, max_seqs));
+  // Split-KV attention spreads steps of up to 64 tokens (decode buckets) when their partials fit
+  // 256 MB: [tokens * heads][max splits][head_dim + 2] fp32, so long contexts spread fewer tokens.
+  if (opt.attention == AttentionKernel::Split) {
+    const int64_t max_positions = int64_t(s.table_width) * block_size;
+    const int64_t per_token = attention_split_workspace_floats(m.heads / tp, int32_t(max_positions), m.head_dim());
+    const int64_t spread_tokens = std::min<int64_t>({64, max_seqs, (int64_t{256} << 20) / 4 / per_token});
+    s.split_workspace_floats = spread_tokens * per_token;
+  }
   const double act_bytes =
+      4.0 * double(s.split_workspace_floats) +
       tokens * (4.0 * 2 * m.hidden + 2.0 * m.hidden + 4.0 * (m.heads + 2 * m.kv_heads) / tp * m.head_dim() +
                 2.0 * m.heads / tp * m.head_dim() + (4.0 * 2 + 2.0) * m.ffn / tp) +
       double(max_seqs) * (2.0 * m.hidden + 4.0 * m.vocab);
@@ -432,6 +455,7 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
         size_t(m.layers) * size_t(num_blocks) * size_t(block_size) * size_t(r.kv_heads) * size_t(m.head_dim());
     r.k_cache.resize(kv_elems);
     r.v_cache.resize(kv_elems);
+    if (s.split_workspace_floats > 0) r.split_partials.resize(size_t(s.split_workspace_floats));
   }
   if (tp > 1 || opt.nccl_at_tp1) s.comm = std::make_unique<NcclCommunicator>(tp, opt.first_device);
   s.load_weights(host_weights);
@@ -575,8 +599,17 @@ std::string CudaModel::describe() const {
   const auto line = [&](const char* name, int64_t N, int64_t K) {
     out += fmt::format("  gemm {:<8} {:>6} x {:<6} {}\n", name, N, K, r.gemm->describe(N, K));
   };
-  out += fmt::format("attention: {}\n",
-                     s.opt.attention == AttentionKernel::Mma ? "mma (tensor cores)" : "simt (CUDA cores)");
+  switch (s.opt.attention) {
+    case AttentionKernel::Simt: out += "attention: simt (CUDA cores)\n"; break;
+    case AttentionKernel::Mma: out += "attention: mma (tensor cores)\n"; break;
+    case AttentionKernel::Split:
+      out += fmt::format(
+          "attention: split (split-KV on CUDA cores, {} keys per split; steps of up to {} tokens spread)\n",
+          attention_split_keys(),
+          s.split_workspace_floats / std::max<int64_t>(1, attention_split_workspace_floats(
+                                                              r.heads, s.table_width * s.block_size, int32_t(hd))));
+      break;
+  }
   out += fmt::format("gemm mode: {}\n", s.opt.deterministic
                                             ? fmt::format("deterministic (pinned at {} tokens)", s.opt.gemm_pin_tokens)
                                             : std::string("fast (heuristic per step size)"));

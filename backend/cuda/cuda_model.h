@@ -15,7 +15,9 @@
 
 namespace tandem::cuda {
 
-enum class AttentionKernel { Simt, Mma };  // CUDA cores (fp32 Q and P) or tensor cores (bf16 Q and P)
+// CUDA cores (fp32 Q and P), tensor cores (bf16 Q and P), or split-KV on the CUDA cores (fixed
+// splits of 64 keys folded in order; spread over the GPU for small steps): three functions.
+enum class AttentionKernel { Simt, Mma, Split };
 
 struct CudaModelOptions {
   AttentionKernel attention = AttentionKernel::Simt;
@@ -33,6 +35,9 @@ struct CudaModelOptions {
 
 struct CudaModelStats {
   int64_t eager_steps = 0, graph_captures = 0, graph_replays = 0;
+  // Split-KV attention: steps enqueued (run eagerly or captured) whose attention spread its
+  // splits over the GPU, and steps that walked them in each block (tests: both ways ran).
+  int64_t split_spread_steps = 0, split_inblock_steps = 0;
 };
 
 // One rank's share of the KV cache, for the code that moves whole blocks (kv_blocks.h): device

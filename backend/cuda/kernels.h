@@ -55,6 +55,12 @@ struct AttentionArgs {
   int32_t n_tiles = 0;
   int32_t heads = 0, kv_heads = 0, head_dim = 0;
   bf16* out = nullptr;
+  // Split-KV only (paged_attention_split): the step's token rows (padding included), the
+  // positions a sequence can reach (table_width * block_size), and the partials' workspace.
+  int64_t tokens = 0;
+  int32_t max_positions = 0;
+  float* split_workspace = nullptr;
+  int64_t split_workspace_floats = 0;
 };
 
 // Causal attention of the step's query tokens over the paged cache. Every cache slot up to a
@@ -69,6 +75,19 @@ void paged_attention(const AttentionArgs& a, cudaStream_t s);
 // function from paged_attention (Q and P rounded to bf16): one run uses one of them.
 int32_t attention_mma_tile_tokens(int32_t group);
 void paged_attention_mma(const AttentionArgs& a, cudaStream_t s);
+
+// Split-KV attention on the CUDA cores (attention_split.cu): keys in fixed splits of
+// attention_split_keys() tokens by absolute position, a partial softmax per split, folded in
+// split order. Batch- and chunk-invariant; a function of its own (one run uses one variant).
+// Same tiles as paged_attention (attention_tile_tokens). A launch whose tokens * heads rows
+// times the splits fit split_workspace (attention_split_workspace_floats) spreads its splits
+// over the GPU and combines them in a second kernel; one that does not fit walks the splits in
+// each block. Both give the same bits (the cuda suite checks it).
+int32_t attention_split_keys();
+int32_t attention_split_max_splits(int32_t max_positions);
+int64_t attention_split_workspace_floats(int64_t query_rows, int32_t max_positions, int32_t head_dim);
+bool attention_split_spreads(const AttentionArgs& a);  // which of the two ways a launch takes
+void paged_attention_split(const AttentionArgs& a, cudaStream_t s);
 
 // Y[T][N] = X[T][K] W[N][K]^T on the tensor cores (gemm_own.cu), bf16 operands, fp32
 // accumulation in ascending K: batch-invariant by construction. Deterministic mode's fallback
