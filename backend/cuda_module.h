@@ -35,6 +35,7 @@ struct CudaExecutorOptions {
   bool cuda_graph = true;                  // replay decode steps from captured graphs (engine.cuda_graph)
   // engine.cuda_attention: 0 simt (CUDA cores), 1 mma (tensor cores), 2 split (split-KV, CUDA cores)
   int32_t attention = 0;
+  int32_t row_kernels = 1;  // engine.cuda_row_kernels: 1 (v1) or 2 (v2: loads first, the same bits)
   int32_t max_step_tokens =
       SchedulerConfig{}.max_num_batched_tokens;            // the largest step (engine.max_num_batched_tokens)
   int32_t max_step_seqs = SchedulerConfig{}.max_num_seqs;  // (engine.max_num_seqs)

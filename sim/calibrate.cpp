@@ -154,7 +154,9 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
       fmt::format("deterministic {}, max_num_seqs {}, max_num_batched_tokens {}, block_size {}{}",
                   w.engine.deterministic, w.engine.max_num_seqs, w.engine.max_num_batched_tokens, w.engine.block_size,
                   backend == "cuda"
-                      ? fmt::format(", cuda_graph {}, cuda_attention {}", w.engine.cuda_graph, w.engine.cuda_attention)
+                      ? fmt::format(", cuda_graph {}, cuda_attention {}{}", w.engine.cuda_graph, w.engine.cuda_attention,
+                                    w.engine.cuda_row_kernels == "v1" ? ""
+                                                                      : ", cuda_row_kernels " + w.engine.cuda_row_kernels)
                       : "");
   print_grid_errors(p);
   std::string notes;

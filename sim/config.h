@@ -96,11 +96,11 @@ struct EngineSpec {
   bool deterministic = true;              // real backends: batch/chunk-invariant kernels (golden-exact)
   int32_t tp = 1;                         // tensor parallelism: ranks the model is split over
   bool cuda_graph = true;                 // CUDA backend: decode steps replay captured graphs
-  std::string cuda_attention =
-      "simt";                      // CUDA backend: attention on CUDA cores (simt), tensor cores (mma), split-KV (split)
-  int32_t data_parallel = 1;       // colocated instances, arrivals split round-robin (each its own cache)
-  int32_t device = 0;              // CUDA: the instance's first GPU (set per instance by disaggregation)
-  int32_t resolved_kv_blocks = 0;  // what the run uses (set by resolve)
+  std::string cuda_attention = "simt";    // CUDA backend: simt (CUDA cores), mma (tensor cores), split (split-KV)
+  std::string cuda_row_kernels = "v1";    // CUDA backend: RMSNorm/RoPE v1, or v2 (loads first; the same bits)
+  int32_t data_parallel = 1;              // colocated instances, arrivals split round-robin (each its own cache)
+  int32_t device = 0;                     // CUDA: the instance's first GPU (set per instance by disaggregation)
+  int32_t resolved_kv_blocks = 0;         // what the run uses (set by resolve)
 };
 
 // Stage 4: one prefill and one decode instance, the KV moved between them by a channel.
@@ -109,14 +109,14 @@ struct InstanceOverrides {  // per instance, over the engine section (unset: the
   std::optional<int32_t> num_kv_blocks;
 };
 struct ChannelSpec {
-  std::string kind = "copy";  // sim (modelled only), copy (one process), tcp (two processes), nccl (two GPUs)
-  double bandwidth_gbs = 25;  // GB/s: how the simulated backend prices a transfer (any kind)
-  double latency_us = 20;     // per transfer
-  bool layerwise = false;     // sim pricing: layers leave as the last prefill step computes them
-  double timeout_ms = 30000;  // a transfer or a worker reply that takes longer fails the request
-  std::string peer;           // tcp: HOST:PORT of a `tandem worker` already listening; empty: start one
-  std::string secret_file;    // tcp: shared secret both sides prove (required off loopback)
-  std::string profile;        // a measured channel (tandem calibrate --channel): bandwidth and latency
+  std::string kind = "copy";    // sim (modelled only), copy (one process), tcp (two processes), nccl (two GPUs)
+  double bandwidth_gbs = 25;    // GB/s: how the simulated backend prices a transfer (any kind)
+  double latency_us = 20;       // per transfer
+  bool layerwise = false;       // sim pricing: layers leave as the last prefill step computes them
+  double timeout_ms = 30000;    // a transfer or a worker reply that takes longer fails the request
+  std::string peer;             // tcp: HOST:PORT of a `tandem worker` already listening; empty: start one
+  std::string secret_file;      // tcp: shared secret both sides prove (required off loopback)
+  std::string profile;          // a measured channel (tandem calibrate --channel): bandwidth and latency
 };
 struct DisaggregationSpec {
   bool enabled = false;  // false: stage 3 exactly (one colocated instance)

@@ -114,6 +114,15 @@ TEST_CASE("CUDA backend knobs: defaults, values, bad values, and the resolved YA
   const Workload split = parse_workload(std::string(kBase) + "engine: {cuda_attention: split}\n", "w.yaml");
   CHECK(split.engine.cuda_attention == "split");
   CHECK(parse_workload(to_yaml(split), "resolved.yaml").engine.cuda_attention == "split");
+  // cuda_row_kernels: v1 by default and then absent from the resolved YAML (files written before stay
+  // byte-identical); v2 round-trips; anything else names the field.
+  CHECK(d.engine.cuda_row_kernels == "v1");
+  CHECK(to_yaml(d).find("cuda_row_kernels") == std::string::npos);
+  const Workload v2 = parse_workload(std::string(kBase) + "engine: {cuda_row_kernels: v2}\n", "w.yaml");
+  CHECK(parse_workload(to_yaml(v2), "resolved.yaml").engine.cuda_row_kernels == "v2");
+  const std::string bad = error_of(kBase, {{"engine.cuda_row_kernels", "v3"}});
+  CHECK(bad.find("engine.cuda_row_kernels") != std::string::npos);
+  CHECK(bad.find("known: v1, v2") != std::string::npos);
   const std::string e = error_of(kBase, {{"engine.cuda_attention", "flash"}});
   CHECK(e.find("engine.cuda_attention") != std::string::npos);
   CHECK(e.find("known: simt, mma, split") != std::string::npos);

@@ -145,7 +145,7 @@ TEST_CASE("cuda kernels: add_rmsnorm with and without a residual") {
   Rng rng(202);
   const int64_t T = 6;
   const float eps = 1e-5f;
-  for (const int64_t h : {int64_t(200), int64_t(4096), int64_t(1001)}) {
+  for (const int64_t h : {int64_t(200), int64_t(4096), int64_t(1001), int64_t(8192), int64_t(9000)}) {
     for (const bool with_residual : {true, false}) {
       CAPTURE(h);
       CAPTURE(with_residual);
@@ -181,6 +181,17 @@ TEST_CASE("cuda kernels: add_rmsnorm with and without a residual") {
       CHECK(count_nonfinite(out) == 0);
       const double rel = rel_err(out, ref);
       CHECK_MESSAGE(rel <= 1e-2, "rel ", rel);
+
+      // V2 (loads first): V1's bits, x and out.
+      DeviceBuffer<float> d_x2 = upload(x0);
+      DeviceBuffer<bf16> d_out2(size_t(T * h));
+      poison(d_out2);
+      tc::add_rmsnorm(d_x2.get(), with_residual ? d_res.get() : nullptr, d_w.get(), T, h, eps, d_out2.get(), kStream,
+                      tc::RowKernels::V2);
+      const std::vector<float> x2 = download(d_x2);
+      const std::vector<bf16> out2 = download(d_out2);
+      CHECK(same_bits(x2.data(), x.data(), x.size()));
+      CHECK(same_bits(out2.data(), out.data(), out.size()));
     }
   }
 }
@@ -190,7 +201,7 @@ TEST_CASE("cuda kernels: rope_store_kv rotates q and k and scatters k and v into
     int32_t heads, kv_heads, hd;
   };
   Rng rng(303);
-  for (const Case c : {Case{8, 2, 128}, Case{12, 4, 64}}) {
+  for (const Case c : {Case{8, 2, 128}, Case{12, 4, 64}, Case{32, 8, 128}, Case{64, 8, 128}}) {
     CAPTURE(c.hd);
     tandem::ModelSpec m =
         tandem::testing::small_model({.heads = c.heads, .kv_heads = c.kv_heads, .hidden = c.heads * c.hd});
@@ -278,6 +289,19 @@ TEST_CASE("cuda kernels: rope_store_kv rotates q and k and scatters k and v into
     const double rel_k = rel_err(k_got, k_ref);
     CHECK_MESSAGE(rel_k <= 1e-2, "cached k rel ", rel_k);
     CHECK(k_not_from_qkv == 0);
+
+    // V2 (loads first): V1's bits in qkv and in both caches, padding rows included.
+    DeviceBuffer<float> d_qkv2 = upload(qkv0);
+    DeviceBuffer<bf16> d_k2(d_k.size()), d_v2(d_v.size());
+    poison(d_k2);
+    poison(d_v2);
+    tc::rope_store_kv(d_qkv2.get(), d_pos.get(), d_slots.get(), d_cos.get(), d_sin.get(), T, c.heads, c.kv_heads, c.hd,
+                      d_k2.get(), d_v2.get(), kStream, tc::RowKernels::V2);
+    const std::vector<float> qkv2 = download(d_qkv2);
+    const std::vector<bf16> kc2 = download(d_k2), vc2 = download(d_v2);
+    CHECK(same_bits(qkv2.data(), qkv.data(), qkv.size()));
+    CHECK(same_bits(kc2.data(), kc.data(), kc.size()));
+    CHECK(same_bits(vc2.data(), vc.data(), vc.size()));
     CHECK(v_wrong == 0);
   }
 }

@@ -395,6 +395,32 @@ TEST_CASE("the three attention kernels compute the same function (not bit for bi
   }
 }
 
+TEST_CASE("RMSNorm/RoPE v2 (loads first) gives v1's logits bit for bit (1, 37, 300 tokens) and the golden outputs") {
+  for (const ModelSpec& m : {bf16_model(4, 1, 512), bf16_model(4, 2, 256)}) {
+    cuda::CudaModelOptions v2 = opts();
+    v2.row_kernels = cuda::RowKernels::V2;
+    for (const int32_t n : {1, 37, 300}) {
+      CAPTURE(n);
+      CHECK(logits_rel_err(m, opts(), v2, 2, 41, n) == 0.0);
+    }
+  }
+  // Through the engine: the golden workload's outputs with v1 and with v2, graphs on.
+  Workload w = load_workload(testing::source_path("workloads/golden_small.yaml"), {kNoChunking});
+  const auto outputs = [&](cuda::RowKernels rk) {
+    cuda::CudaModelOptions o = opts();
+    o.row_kernels = rk;
+    o.max_step_tokens = w.engine.max_num_batched_tokens;
+    o.max_step_seqs = w.engine.max_num_seqs;
+    cuda::CudaModel model(w.model, nullptr, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size, o);
+    ModelExecutor exec(model);
+    VirtualClock clock;
+    Engine e(w, generate_requests(w), exec, clock);
+    (void)e.run();
+    return e.outputs();
+  };
+  CHECK(outputs(cuda::RowKernels::V1) == outputs(cuda::RowKernels::V2));
+}
+
 namespace {
 std::vector<float> random_floats(size_t n, uint64_t seed) {
   Rng r(seed);

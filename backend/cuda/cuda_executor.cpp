@@ -50,6 +50,7 @@ std::unique_ptr<executor_i> make_cuda_executor(ModelSpec& m, uint64_t seed, cons
                                     : e.attention == 2 ? AttentionKernel::Split
                                                        : AttentionKernel::Simt;
   const CudaModelOptions opt{.attention = attention,
+                             .row_kernels = e.row_kernels == 2 ? RowKernels::V2 : RowKernels::V1,
                              .deterministic = e.deterministic,
                              .cuda_graph = e.cuda_graph,
                              .tp = e.tp,

@@ -299,11 +299,12 @@ void CudaModel::Impl::launch_step(int64_t T) {
       const int64_t qkv_n = (r.heads + 2 * r.kv_heads) * hd;
       const size_t layer_off = size_t(l) * size_t(num_blocks) * size_t(block_size) * size_t(r.kv_heads) * size_t(hd);
       // The previous layer's MLP output joins the residual stream inside the norm.
-      add_rmsnorm(r.x.get(), l == 0 ? nullptr : r.partial.get(), L.attn_norm.get(), T, h, eps, r.xn.get(), r.stream);
+      add_rmsnorm(r.x.get(), l == 0 ? nullptr : r.partial.get(), L.attn_norm.get(), T, h, eps, r.xn.get(), r.stream,
+                  opt.row_kernels);
       r.gemm->run(r.xn.get(), T, h, L.wqkv.get(), qkv_n, r.qkv.get(), r.stream);
       rope_store_kv(r.qkv.get(), r.meta.get() + meta.positions, r.meta.get() + meta.slots, r.rope_cos.get(),
                     r.rope_sin.get(), T, r.heads, r.kv_heads, int32_t(hd), r.k_cache.get() + layer_off,
-                    r.v_cache.get() + layer_off, r.stream);
+                    r.v_cache.get() + layer_off, r.stream, opt.row_kernels);
       const AttentionArgs args{.qkv = r.qkv.get(),
                                .qkv_stride = qkv_n,
                                .k_cache = r.k_cache.get() + layer_off,
@@ -336,7 +337,7 @@ void CudaModel::Impl::launch_step(int64_t T) {
     for (Rank& r : ranks) {
       use(r);
       const Layer& L = r.layers[size_t(l)];
-      add_rmsnorm(r.x.get(), r.partial.get(), L.mlp_norm.get(), T, h, eps, r.xn.get(), r.stream);
+      add_rmsnorm(r.x.get(), r.partial.get(), L.mlp_norm.get(), T, h, eps, r.xn.get(), r.stream, opt.row_kernels);
       r.gemm->run(r.xn.get(), T, h, L.w_gate_up.get(), 2 * r.ffn, r.gu.get(), r.stream);
       swiglu(r.gu.get(), T, r.ffn, r.act.get(), r.stream);
       r.gemm->run(r.act.get(), T, r.ffn, L.w_down.get(), h, r.partial.get(), r.stream);
@@ -345,7 +346,7 @@ void CudaModel::Impl::launch_step(int64_t T) {
   }
   Rank& r = ranks[0];
   use(r);
-  add_rmsnorm(r.x.get(), r.partial.get(), r.final_norm.get(), T, h, eps, r.xn.get(), r.stream);
+  add_rmsnorm(r.x.get(), r.partial.get(), r.final_norm.get(), T, h, eps, r.xn.get(), r.stream, opt.row_kernels);
   gather_rows(r.xn.get(), r.meta.get() + meta.samples, num_samples, h, r.last.get(), r.stream);
   r.gemm->run(r.last.get(), num_samples, h, r.lm_head.get(), m.vocab, r.logits.get(), r.stream);
   argmax_rows(r.logits.get(), num_samples, m.vocab, r.sampled.get(), r.stream);
@@ -610,6 +611,7 @@ std::string CudaModel::describe() const {
                                                               r.heads, s.table_width * s.block_size, int32_t(hd))));
       break;
   }
+  out += fmt::format("row kernels (RMSNorm, RoPE): {}\n", s.opt.row_kernels == RowKernels::V2 ? "v2" : "v1");
   out += fmt::format("gemm mode: {}\n", s.opt.deterministic
                                             ? fmt::format("deterministic (pinned at {} tokens)", s.opt.gemm_pin_tokens)
                                             : std::string("fast (heuristic per step size)"));

@@ -72,6 +72,107 @@ __global__ void rope_store_kv_kernel(float* qkv, const int32_t* positions, const
   }
 }
 
+// V2 of add_rmsnorm_kernel: the same sums in the same order, a thread's kPer values loaded
+// (x, then the residual) before any arithmetic. h <= kRowThreads * kPer.
+template <int kPer>
+__global__ void add_rmsnorm_v2_kernel(float* __restrict__ x, const float* __restrict__ residual,
+                                      const float* __restrict__ w, int64_t h, float eps, bf16* __restrict__ out) {
+  __shared__ float partial[kRowThreads];
+  const int64_t t = blockIdx.x;
+  float* row = x + t * h;
+  const int tid = int(threadIdx.x);
+  float v[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = tid + int64_t(k) * kRowThreads;
+    v[k] = i < h ? row[i] : 0.0f;
+  }
+  if (residual) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int64_t i = tid + int64_t(k) * kRowThreads;
+      if (i < h) v[k] += residual[t * h + i];
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = tid + int64_t(k) * kRowThreads;
+    if (i < h) {
+      if (residual) row[i] = v[k];
+      ss = fmaf(v[k], v[k], ss);
+    }
+  }
+  // V1's tree: the shared-memory steps down to a warp, then the same adds by shuffles.
+  partial[tid] = ss;
+  __syncthreads();
+  for (int stride = kRowThreads / 2; stride >= 32; stride /= 2) {
+    if (tid < stride) partial[tid] += partial[tid + stride];
+    __syncthreads();
+  }
+  float sum = tid < 32 ? partial[tid] : 0.0f;
+  if (tid < 32) {
+#pragma unroll
+    for (int stride = 16; stride > 0; stride /= 2) sum += __shfl_down_sync(0xffffffffu, sum, stride);
+    if (tid == 0) partial[0] = sum;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(partial[0] / float(h) + eps);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t i = tid + int64_t(k) * kRowThreads;
+    if (i < h) out[t * h + i] = __float2bfloat16(v[k] * inv * w[i]);
+  }
+}
+
+// V2 of rope_store_kv_kernel: each thread loads its kPer rotation pairs (and their cos, sin)
+// before rotating any; the same expressions as V1. (heads + kv_heads) * hd / 2 <= 256 * kPer.
+template <int kPer>
+__global__ void rope_store_kv_v2_kernel(float* __restrict__ qkv, const int32_t* positions, const int32_t* slots,
+                                        const float* __restrict__ cos_table, const float* __restrict__ sin_table,
+                                        int32_t heads, int32_t kv_heads, int32_t hd, bf16* k_cache, bf16* v_cache) {
+  const int64_t t = blockIdx.x;
+  const int32_t half = hd / 2;
+  const int64_t stride = int64_t(heads + 2 * kv_heads) * hd;
+  float* row = qkv + t * stride;
+  const float* c = cos_table + int64_t(positions[t]) * half;
+  const float* s = sin_table + int64_t(positions[t]) * half;
+  const int32_t pairs = (heads + kv_heads) * half;
+  float a[kPer], b[kPer], co[kPer], si[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int32_t k = int32_t(threadIdx.x) + j * 256;
+    if (k < pairs) {
+      const float* v = row + int64_t(k / half) * hd;
+      const int32_t i = k % half;
+      a[j] = v[i];
+      b[j] = v[i + half];
+      co[j] = c[i];
+      si[j] = s[i];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int32_t k = int32_t(threadIdx.x) + j * 256;
+    if (k < pairs) {
+      float* v = row + int64_t(k / half) * hd;
+      const int32_t i = k % half;
+      v[i] = a[j] * co[j] - b[j] * si[j];
+      v[i + half] = b[j] * co[j] + a[j] * si[j];
+    }
+  }
+  const int32_t slot = slots[t];
+  if (slot < 0) return;  // padding row of a graph replay
+  __syncthreads();
+  const int32_t n = kv_heads * hd;
+  const float* k = row + int64_t(heads) * hd;
+  const float* vv = k + n;
+  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    k_cache[int64_t(slot) * n + i] = __float2bfloat16(k[i]);
+    v_cache[int64_t(slot) * n + i] = __float2bfloat16(vv[i]);
+  }
+}
+
 __global__ void swiglu_kernel(const float* gu, int64_t T, int64_t ffn, bf16* act) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= T * ffn) return;
@@ -144,16 +245,32 @@ void embed_gather(const int32_t* tokens, const bf16* embed, int64_t T, int64_t h
 }
 
 void add_rmsnorm(float* x, const float* residual, const float* w, int64_t T, int64_t h, float eps, bf16* out,
-                 cudaStream_t s) {
+                 cudaStream_t s, RowKernels version) {
   if (T == 0) return;
+  if (version == RowKernels::V2 && h <= 8 * kRowThreads) {
+    add_rmsnorm_v2_kernel<8><<<unsigned(T), kRowThreads, 0, s>>>(x, residual, w, h, eps, out);
+    TANDEM_LAUNCH_CHECK("add_rmsnorm_v2_kernel");
+    return;
+  }
+  if (version == RowKernels::V2 && h <= 32 * kRowThreads) {
+    add_rmsnorm_v2_kernel<32><<<unsigned(T), kRowThreads, 0, s>>>(x, residual, w, h, eps, out);
+    TANDEM_LAUNCH_CHECK("add_rmsnorm_v2_kernel");
+    return;
+  }
   add_rmsnorm_kernel<<<unsigned(T), kRowThreads, 0, s>>>(x, residual, w, h, eps, out);
   TANDEM_LAUNCH_CHECK("add_rmsnorm_kernel");
 }
 
 void rope_store_kv(float* qkv, const int32_t* positions, const int32_t* slots, const float* cos, const float* sin,
                    int64_t T, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* k_cache, bf16* v_cache,
-                   cudaStream_t s) {
+                   cudaStream_t s, RowKernels version) {
   if (T == 0) return;
+  if (version == RowKernels::V2 && (heads + kv_heads) * (head_dim / 2) <= 16 * 256) {
+    rope_store_kv_v2_kernel<16>
+        <<<unsigned(T), 256, 0, s>>>(qkv, positions, slots, cos, sin, heads, kv_heads, head_dim, k_cache, v_cache);
+    TANDEM_LAUNCH_CHECK("rope_store_kv_v2_kernel");
+    return;
+  }
   rope_store_kv_kernel<<<unsigned(T), 256, 0, s>>>(qkv, positions, slots, cos, sin, heads, kv_heads, head_dim, k_cache,
                                                    v_cache);
   TANDEM_LAUNCH_CHECK("rope_store_kv_kernel");

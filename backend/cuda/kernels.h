@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/row_kernels.h"
 #include "backend/cuda/step_meta.h"  // AttentionTile
 
 namespace tandem::cuda {
@@ -25,7 +26,7 @@ void embed_gather(const int32_t* tokens, const bf16* embed, int64_t T, int64_t h
 // Per row: if residual != nullptr, x += residual (x is updated in place); then
 // out = bf16(x / sqrt(mean(x^2) + eps) * w). Sum of squares in a fixed order per row.
 void add_rmsnorm(float* x, const float* residual, const float* w, int64_t T, int64_t h, float eps, bf16* out,
-                 cudaStream_t s);
+                 cudaStream_t s, RowKernels version = RowKernels::V1);
 
 // RoPE (rotate-half, as Hugging Face Llama) in place on the q and k heads of each token's qkv
 // row ([heads q | kv_heads k | kv_heads v] x head_dim, fp32), with cos/sin tables
@@ -33,7 +34,7 @@ void add_rmsnorm(float* x, const float* residual, const float* w, int64_t T, int
 // [head_dim] of this layer) at slots[t]. A negative slot (padding) writes nothing.
 void rope_store_kv(float* qkv, const int32_t* positions, const int32_t* slots, const float* cos, const float* sin,
                    int64_t T, int32_t heads, int32_t kv_heads, int32_t head_dim, bf16* k_cache, bf16* v_cache,
-                   cudaStream_t s);
+                   cudaStream_t s, RowKernels version = RowKernels::V1);
 
 // Query tokens per tile for a GQA group size (16 query rows per thread block).
 int32_t attention_tile_tokens(int32_t group);
