@@ -36,6 +36,7 @@ struct CudaExecutorOptions {
   // engine.cuda_attention: 0 simt (CUDA cores), 1 mma (tensor cores), 2 split (split-KV, CUDA cores)
   int32_t attention = 0;
   int32_t row_kernels = 1;  // engine.cuda_row_kernels: 1 (v1) or 2 (v2: loads first, the same bits)
+  bool own_gemm = false;    // engine.cuda_gemm: own (the own tensor-core GEMM for every shape) or pinned
   int32_t max_step_tokens =
       SchedulerConfig{}.max_num_batched_tokens;            // the largest step (engine.max_num_batched_tokens)
   int32_t max_step_seqs = SchedulerConfig{}.max_num_seqs;  // (engine.max_num_seqs)

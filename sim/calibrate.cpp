@@ -155,8 +155,9 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
                   w.engine.deterministic, w.engine.max_num_seqs, w.engine.max_num_batched_tokens, w.engine.block_size,
                   backend == "cuda"
                       ? fmt::format(", cuda_graph {}, cuda_attention {}{}", w.engine.cuda_graph, w.engine.cuda_attention,
-                                    w.engine.cuda_row_kernels == "v1" ? ""
-                                                                      : ", cuda_row_kernels " + w.engine.cuda_row_kernels)
+                                    (w.engine.cuda_row_kernels == "v1" ? ""
+                                                                       : ", cuda_row_kernels " + w.engine.cuda_row_kernels) +
+                                        (w.engine.cuda_gemm == "pinned" ? "" : ", cuda_gemm " + w.engine.cuda_gemm))
                       : "");
   print_grid_errors(p);
   std::string notes;

@@ -98,6 +98,7 @@ struct EngineSpec {
   bool cuda_graph = true;                 // CUDA backend: decode steps replay captured graphs
   std::string cuda_attention = "simt";    // CUDA backend: simt (CUDA cores), mma (tensor cores), split (split-KV)
   std::string cuda_row_kernels = "v1";    // CUDA backend: RMSNorm/RoPE v1, or v2 (loads first; the same bits)
+  std::string cuda_gemm = "pinned";       // CUDA backend: pinned cuBLASLt algorithms, or own (tensor-core GEMM)
   int32_t data_parallel = 1;              // colocated instances, arrivals split round-robin (each its own cache)
   int32_t device = 0;                     // CUDA: the instance's first GPU (set per instance by disaggregation)
   int32_t resolved_kv_blocks = 0;         // what the run uses (set by resolve)

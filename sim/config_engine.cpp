@@ -15,7 +15,7 @@ EngineSpec parse_engine(const Field& f) {
   f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
                 "max_num_partial_prefills", "enable_prefix_caching", "block_size", "num_kv_blocks", "kv_memory_gb",
                 "gpu_memory_utilization", "state_slots", "deterministic", "tp", "cuda_graph", "cuda_attention",
-                "cuda_row_kernels", "data_parallel"});
+                "cuda_row_kernels", "cuda_gemm", "data_parallel"});
   const std::string pol = f.get_string("policy", "continuous");
   if (pol == "continuous")
     e.policy = BatchingPolicy::Continuous;
@@ -55,6 +55,9 @@ EngineSpec parse_engine(const Field& f) {
   e.cuda_attention = f.get_string("cuda_attention", e.cuda_attention);
   if (e.cuda_attention != "simt" && e.cuda_attention != "mma" && e.cuda_attention != "split")
     f["cuda_attention"].fail(fmt::format("unknown attention kernel '{}' (known: simt, mma, split)", e.cuda_attention));
+  e.cuda_gemm = f.get_string("cuda_gemm", e.cuda_gemm);
+  if (e.cuda_gemm != "pinned" && e.cuda_gemm != "own")
+    f["cuda_gemm"].fail(fmt::format("unknown GEMM choice '{}' (known: pinned, own)", e.cuda_gemm));
   e.cuda_row_kernels = f.get_string("cuda_row_kernels", e.cuda_row_kernels);
   if (e.cuda_row_kernels != "v1" && e.cuda_row_kernels != "v2")
     f["cuda_row_kernels"].fail(
@@ -84,6 +87,7 @@ YAML::Node engine_yaml(const EngineSpec& e) {
   n["cuda_graph"] = e.cuda_graph;
   n["cuda_attention"] = e.cuda_attention;
   if (e.cuda_row_kernels != "v1") n["cuda_row_kernels"] = e.cuda_row_kernels;  // absent at v1: files unchanged
+  if (e.cuda_gemm != "pinned") n["cuda_gemm"] = e.cuda_gemm;                     // absent at pinned: the same
   n["tp"] = e.tp;
   if (e.data_parallel != 1) n["data_parallel"] = e.data_parallel;  // absent at 1: stage 1-3 files unchanged
   return n;

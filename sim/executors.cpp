@@ -22,6 +22,7 @@ cuda::CudaExecutorOptions cuda_executor_options(const EngineSpec& e) {
                        : e.cuda_attention == "split" ? 2
                                                      : 0,
           .row_kernels = e.cuda_row_kernels == "v2" ? 2 : 1,
+          .own_gemm = e.cuda_gemm == "own",
           .max_step_tokens = e.max_num_batched_tokens,
           .max_step_seqs = e.max_num_seqs};
 }

@@ -194,11 +194,18 @@ json layer_ops(const ModelSpec& m, int32_t batch, int32_t context, int32_t pin_t
   const double wbytes = 2.0;
   op("add_rmsnorm", 12.0 * T * h,
      [&] { cuda::add_rmsnorm(x.get(), partial.get(), norm_w.get(), T, h, 1e-5f, xn_out.get(), s); });
+  op("add_rmsnorm v2", 12.0 * T * h, [&] {
+    cuda::add_rmsnorm(x.get(), partial.get(), norm_w.get(), T, h, 1e-5f, xn_out.get(), s, cuda::RowKernels::V2);
+  });
   op("gemm qkv (pinned)", wbytes * qkv_n * h, [&] { pinned.run(xn.get(), T, h, wqkv.get(), qkv_n, qkv.get(), s); });
   op("gemm qkv (own)", wbytes * qkv_n * h, [&] { own.run(xn.get(), T, h, wqkv.get(), qkv_n, qkv.get(), s); });
   op("rope_store_kv", 8.0 * T * qkv_n, [&] {
     cuda::rope_store_kv(qkv.get(), d_pos.get(), d_slots.get(), rope_cos.get(), rope_sin.get(), T, int32_t(H),
                         int32_t(KV), int32_t(hd), k_cache.get(), v_cache.get(), s);
+  });
+  op("rope_store_kv v2", 8.0 * T * qkv_n, [&] {
+    cuda::rope_store_kv(qkv.get(), d_pos.get(), d_slots.get(), rope_cos.get(), rope_sin.get(), T, int32_t(H),
+                        int32_t(KV), int32_t(hd), k_cache.get(), v_cache.get(), s, cuda::RowKernels::V2);
   });
   const double kv_read = 2.0 * 2.0 * double(T) * (context + 1) * KV * hd;
   op("attention simt", kv_read, [&] { cuda::paged_attention(a, s); });
@@ -239,7 +246,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: bench_cuda [--json PATH] [--quick] [--ops] [--mode deterministic|deterministic_mma|"
-                   "deterministic_split|deterministic_pin64|fast ...]\n");
+                   "deterministic_split|deterministic_split_v2|deterministic_own_split_v2|deterministic_pin64|fast "
+                   "...]\n");
       return 2;
     }
   }
@@ -287,22 +295,30 @@ int main(int argc, char** argv) {
     // tokens: a small pin favours decode (more thread blocks per skinny GEMM), a large one
     // prefill. Both are measured, and fast mode (no pinning) beside them.
     // The attention kernel is the other choice: CUDA cores (simt) or tensor cores (mma).
+    // The kernels of the CUDA speed issue (#23) come in behind switches: split-KV attention,
+    // RMSNorm/RoPE v2 and the own GEMM (skinny up to 64 rows); each mode adds one.
     struct Mode {
       const char* name;
       bool deterministic;
       int32_t pin_tokens;
       cuda::AttentionKernel attention;
+      cuda::RowKernels rows = cuda::RowKernels::V1;
+      bool own_gemm = false;
     };
     const auto simt = cuda::AttentionKernel::Simt, mma = cuda::AttentionKernel::Mma,
                split = cuda::AttentionKernel::Split;
     for (const Mode& md : {Mode{"deterministic", true, 256, simt}, Mode{"deterministic_mma", true, 256, mma},
-                           Mode{"deterministic_split", true, 256, split}, Mode{"deterministic_pin64", true, 64, simt},
-                           Mode{"fast", false, 256, simt}}) {
+                           Mode{"deterministic_split", true, 256, split},
+                           Mode{"deterministic_split_v2", true, 256, split, cuda::RowKernels::V2},
+                           Mode{"deterministic_own_split_v2", true, 256, split, cuda::RowKernels::V2, true},
+                           Mode{"deterministic_pin64", true, 64, simt}, Mode{"fast", false, 256, simt}}) {
       if (!only_modes.empty() && std::find(only_modes.begin(), only_modes.end(), md.name) == only_modes.end()) continue;
       const char* mode = md.name;
       const bool deterministic = md.deterministic;
       cuda::CudaModelOptions o;
       o.attention = md.attention;
+      o.row_kernels = md.rows;
+      o.gemm_own_kernel = md.own_gemm;
       o.deterministic = deterministic;
       o.gemm_pin_tokens = md.pin_tokens;
       o.max_step_tokens = prefills.back();

@@ -123,6 +123,14 @@ TEST_CASE("CUDA backend knobs: defaults, values, bad values, and the resolved YA
   const std::string bad = error_of(kBase, {{"engine.cuda_row_kernels", "v3"}});
   CHECK(bad.find("engine.cuda_row_kernels") != std::string::npos);
   CHECK(bad.find("known: v1, v2") != std::string::npos);
+  // cuda_gemm: pinned by default (absent from the resolved YAML), own round-trips, others fail.
+  CHECK(d.engine.cuda_gemm == "pinned");
+  CHECK(to_yaml(d).find("cuda_gemm") == std::string::npos);
+  const Workload own = parse_workload(std::string(kBase) + "engine: {cuda_gemm: own}\n", "w.yaml");
+  CHECK(parse_workload(to_yaml(own), "resolved.yaml").engine.cuda_gemm == "own");
+  const std::string bad_gemm = error_of(kBase, {{"engine.cuda_gemm", "cutlass"}});
+  CHECK(bad_gemm.find("engine.cuda_gemm") != std::string::npos);
+  CHECK(bad_gemm.find("known: pinned, own") != std::string::npos);
   const std::string e = error_of(kBase, {{"engine.cuda_attention", "flash"}});
   CHECK(e.find("engine.cuda_attention") != std::string::npos);
   CHECK(e.find("known: simt, mma, split") != std::string::npos);

@@ -950,3 +950,51 @@ TEST_CASE("cuda gemm: the own tensor-core GEMM (deterministic fallback) is right
     }
   }
 }
+
+// The own GEMM's skinny kernel (steps of up to 64 rows, engine.cuda_gemm: own) against its tiled
+// kernel: the same bits at every row count it takes, fp32 and bf16 outputs, K with and without
+// the zero step (K % 32 == 16), several K chunks; a misaligned X falls back to the tiled kernel.
+TEST_CASE("cuda gemm: the own GEMM's skinny kernel gives the tiled kernel's bits") {
+  Rng rng(812);
+  for (const GemmShape sh : {GemmShape{1024, 1040}, GemmShape{2048, 4096}, GemmShape{64, 16}, GemmShape{96, 48}}) {
+    CAPTURE(sh.N);
+    CAPTURE(sh.K);
+    const int64_t rows = 65;
+    const std::vector<bf16> W = random_bf16(rng, size_t(sh.N * sh.K), -1.0, 1.0);
+    const std::vector<bf16> X = random_bf16(rng, size_t((rows + 1) * sh.K), -1.0, 1.0);
+    const DeviceBuffer<bf16> d_W = upload(W), d_X = upload(X);
+    for (const int64_t T : {int64_t(1), int64_t(5), int64_t(16), int64_t(17), int64_t(32), int64_t(33), int64_t(64)}) {
+      CAPTURE(T);
+      REQUIRE(tc::gemm_invariant_is_skinny(d_X.get(), T, sh.K, d_W.get(), sh.N));
+      DeviceBuffer<float> tiled(size_t(T * sh.N)), skinny(size_t(T * sh.N));
+      DeviceBuffer<bf16> tiled_b(size_t(T * sh.N)), skinny_b(size_t(T * sh.N));
+      for (auto* b : {&tiled, &skinny}) poison(*b);
+      for (auto* b : {&tiled_b, &skinny_b}) poison(*b);
+      tc::gemm_invariant(d_X.get(), T, sh.K, d_W.get(), sh.N, tiled.get(), kStream, false);
+      tc::gemm_invariant(d_X.get(), T, sh.K, d_W.get(), sh.N, skinny.get(), kStream, true);
+      tc::gemm_invariant(d_X.get(), T, sh.K, d_W.get(), sh.N, tiled_b.get(), kStream, false);
+      tc::gemm_invariant(d_X.get(), T, sh.K, d_W.get(), sh.N, skinny_b.get(), kStream, true);
+      const std::vector<float> yt = download(tiled), ys = download(skinny);
+      const std::vector<bf16> bt = download(tiled_b), bs = download(skinny_b);
+      CHECK(count_nonfinite(ys) == 0);
+      CHECK(same_bits(ys.data(), yt.data(), yt.size()));
+      CHECK(same_bits(bs.data(), bt.data(), bt.size()));
+      if (T == 5) {
+        std::vector<double> ref(size_t(T * sh.N));
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t n = 0; n < sh.N; ++n) {
+            double acc = 0;
+            for (int64_t k = 0; k < sh.K; ++k)
+              acc += as_double(X[size_t(t * sh.K + k)]) * as_double(W[size_t(n * sh.K + k)]);
+            ref[size_t(t * sh.N + n)] = acc;
+          }
+        const double rel = rel_err(ys, ref);
+        CHECK_MESSAGE(rel <= 1e-4, "skinny vs float64 rel ", rel);
+      }
+    }
+    // X one element in (2 bytes): not 32-byte aligned, so the tiled kernel runs.
+    CHECK_FALSE(tc::gemm_invariant_is_skinny(d_X.get() + 1, 3, sh.K, d_W.get(), sh.N));
+  }
+  CHECK_FALSE(tc::gemm_invariant_is_skinny(nullptr, 65, 64, nullptr, 64));  // more than 64 rows
+  CHECK_FALSE(tc::gemm_invariant_is_skinny(nullptr, 8, 40, nullptr, 64));   // K not a multiple of 16
+}

@@ -421,6 +421,46 @@ TEST_CASE("RMSNorm/RoPE v2 (loads first) gives v1's logits bit for bit (1, 37, 3
   CHECK(outputs(cuda::RowKernels::V1) == outputs(cuda::RowKernels::V2));
 }
 
+// engine.cuda_gemm: own (the own tensor-core GEMM for every shape, skinny up to 64 rows): golden
+// outputs unchunked (prompts over 64 tokens: the tiled kernel) == chunked at 16 and 61 (the
+// skinny kernel), graphs on and off.
+TEST_CASE("golden on the GPU with the own GEMM: chunked at 16 and 61 vs unchunked, graphs on and off") {
+  const auto run = [](const std::vector<Override>& overrides, bool graphs) {
+    Workload w = load_workload(testing::source_path("workloads/golden_small.yaml"), overrides);
+    cuda::CudaModelOptions o = opts();
+    o.gemm_own_kernel = true;
+    o.cuda_graph = graphs;
+    o.max_step_tokens = w.engine.max_num_batched_tokens;
+    o.max_step_seqs = w.engine.max_num_seqs;
+    cuda::CudaModel model(w.model, nullptr, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size, o);
+    ModelExecutor exec(model);
+    VirtualClock clock;
+    Engine e(w, generate_requests(w), exec, clock);
+    (void)e.run();
+    for (const Request& r : e.requests()) REQUIRE(r.status == RequestStatus::Finished);
+    return e.outputs();
+  };
+  const auto base = run({kNoChunking}, false);
+  for (const std::string budget : {"16", "61"})
+    for (const bool graphs : {false, true}) {
+      CAPTURE(budget);
+      CAPTURE(graphs);
+      CHECK(run({{"engine.enable_chunked_prefill", "true"}, {"engine.max_num_batched_tokens", budget}}, graphs) ==
+            base);
+    }
+  // The same function as the pinned cuBLASLt algorithms, within bf16 tolerance (not bit for bit).
+  const double err = logits_rel_err(
+      bf16_model(4, 1, 512), opts(),
+      [] {
+        cuda::CudaModelOptions o = opts();
+        o.gemm_own_kernel = true;
+        return o;
+      }(),
+      2, 31, 40);
+  MESSAGE("own vs pinned GEMM, logits rel err ", err);
+  CHECK(err < 2e-2);
+}
+
 namespace {
 std::vector<float> random_floats(size_t n, uint64_t seed) {
   Rng r(seed);

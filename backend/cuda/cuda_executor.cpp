@@ -55,6 +55,7 @@ std::unique_ptr<executor_i> make_cuda_executor(ModelSpec& m, uint64_t seed, cons
                              .cuda_graph = e.cuda_graph,
                              .tp = e.tp,
                              .first_device = e.device,
+                             .gemm_own_kernel = e.own_gemm,
                              .max_step_tokens = e.max_step_tokens,
                              .max_step_seqs = e.max_step_seqs};
   if (m.checkpoint.empty()) return std::make_unique<CudaExecutor>(m, nullptr, seed, e.kv_blocks, e.block_size, opt);

@@ -22,14 +22,15 @@ enum class AttentionKernel { Simt, Mma, Split };
 
 struct CudaModelOptions {
   AttentionKernel attention = AttentionKernel::Simt;
-  RowKernels row_kernels = RowKernels::V1;  // RMSNorm and RoPE (row_kernels.h): V2 issues its loads first, same bits
-  bool deterministic = true;                // batch/chunk-invariant (pinned GEMM algorithms); false: cuBLAS heuristics
-  bool cuda_graph = true;                   // decode steps replay a graph captured per batch-size bucket (TP 1)
-  int32_t tp = 1;                           // GPUs first_device..first_device+tp-1, one rank each, NCCL all-reduce
-  int32_t first_device = 0;                 // a second instance in one process takes its own GPUs (stage 4)
+  // RMSNorm and RoPE (row_kernels.h): V2 issues its loads first, the same bits.
+  RowKernels row_kernels = RowKernels::V1;
+  bool deterministic = true;       // batch/chunk-invariant (pinned GEMM algorithms); false: cuBLAS heuristics
+  bool cuda_graph = true;          // decode steps replay a graph captured per batch-size bucket (TP 1)
+  int32_t tp = 1;                  // GPUs first_device..first_device+tp-1, one rank each, NCCL all-reduce
+  int32_t first_device = 0;        // a second instance in one process takes its own GPUs (stage 4)
   bool nccl_at_tp1 = false;        // route TP 1 through NCCL too (tests: must match the plain path bit for bit)
   int32_t gemm_pin_tokens = 256;   // deterministic mode: the step size whose best algorithm is used for all
-  bool gemm_own_kernel = false;    // deterministic mode: the own tensor-core GEMM for every shape (tests)
+  bool gemm_own_kernel = false;    // the own tensor-core GEMM for every shape, either mode (engine.cuda_gemm: own)
   int32_t max_step_tokens = 8192;  // activation buffers are sized once for this (graphs keep pointers)
   int32_t max_step_seqs = 256;
   int64_t kv_staging_bytes = int64_t{64} << 20;  // block reads and writes move in chunks of this (tests: small)

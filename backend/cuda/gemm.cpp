@@ -205,10 +205,12 @@ void Gemm::matmul(const void* X, int64_t T, const void* W, const Shape& sh, void
   if (uses_own_kernel(sh)) {
     const auto* x = static_cast<const bf16*>(X);
     const auto* w = static_cast<const bf16*>(W);
+    // The skinny kernel (same bits) only where the own GEMM was chosen (engine.cuda_gemm: own);
+    // a deterministic-mode fallback shape keeps the tiled kernel measured on the H200.
     if (sh.bf16_out)
-      gemm_invariant(x, T, sh.K, w, sh.N, static_cast<bf16*>(Y), s);
+      gemm_invariant(x, T, sh.K, w, sh.N, static_cast<bf16*>(Y), s, force_own_);
     else
-      gemm_invariant(x, T, sh.K, w, sh.N, static_cast<float*>(Y), s);
+      gemm_invariant(x, T, sh.K, w, sh.N, static_cast<float*>(Y), s, force_own_);
     return;
   }
   const cublasLtMatmulAlgo_t& algo = algo_for(sh, T);
@@ -231,7 +233,9 @@ void Gemm::run_bf16_out(const __nv_bfloat16* X, int64_t T, int64_t K, const __nv
 
 std::string Gemm::describe(int64_t N, int64_t K, bool bf16_out) {
   const Shape sh{N, K, bf16_out};
-  if (uses_own_kernel(sh)) return "own tensor-core GEMM (gemm_invariant)" + notes_[sh];
+  if (uses_own_kernel(sh))
+    return std::string("own tensor-core GEMM (gemm_invariant") + (force_own_ ? ", skinny up to 64 rows)" : ")") +
+           notes_[sh];
   const cublasLtMatmulAlgo_t& algo = algo_for(sh, pin_tokens_);
   return fmt::format("algo {} tile {} stages {} splitK {} swizzle {} cluster {}{}",
                      algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),

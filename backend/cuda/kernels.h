@@ -92,9 +92,14 @@ void paged_attention_split(const AttentionArgs& a, cudaStream_t s);
 
 // Y[T][N] = X[T][K] W[N][K]^T on the tensor cores (gemm_own.cu), bf16 operands, fp32
 // accumulation in ascending K: batch-invariant by construction. Deterministic mode's fallback
-// when cuBLASLt offers no row-invariant algorithm (see gemm.h).
-void gemm_invariant(const bf16* X, int64_t T, int64_t K, const bf16* W, int64_t N, float* Y, cudaStream_t s);
-void gemm_invariant(const bf16* X, int64_t T, int64_t K, const bf16* W, int64_t N, bf16* Y, cudaStream_t s);
+// when cuBLASLt offers no row-invariant algorithm, and every GEMM with engine.cuda_gemm: own
+// (see gemm.h). Steps of up to 64 rows take a skinny kernel of the same function (skinny =
+// false: the tiled kernel always, for tests); gemm_invariant_is_skinny says which one runs.
+void gemm_invariant(const bf16* X, int64_t T, int64_t K, const bf16* W, int64_t N, float* Y, cudaStream_t s,
+                    bool skinny = true);
+void gemm_invariant(const bf16* X, int64_t T, int64_t K, const bf16* W, int64_t N, bf16* Y, cudaStream_t s,
+                    bool skinny = true);
+bool gemm_invariant_is_skinny(const bf16* X, int64_t T, int64_t K, const bf16* W, int64_t N);
 
 // act[t][i] = bf16(silu(gu[t][i]) * gu[t][ffn + i]).
 void swiglu(const float* gu, int64_t T, int64_t ffn, bf16* act, cudaStream_t s);
