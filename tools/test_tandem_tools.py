@@ -310,6 +310,61 @@ slo:
 
 
 @unittest.skipUnless(os.access(TANDEM, os.X_OK), "no build/tandem (build it first)")
+
+class SpeedTable(unittest.TestCase):
+    """tools/speed_table.py: #23's verdicts from bench_cuda's JSON, and nothing invented."""
+
+    def write(self, d, name, obj):
+        with open(os.path.join(d, name), "w") as f:
+            json.dump(obj, f)
+
+    def test_verdicts(self):
+        sys.path.insert(0, HERE)
+        import speed_table as st
+        with tempfile.TemporaryDirectory() as d:
+            top = {"device": "NVIDIA H200", "copy_tb_per_s": 4.2, "gemm_bf16_tflops": 800.0,
+                   "gemm_bf16_pinned_tflops": 790.0}
+            # batch 1: 3.6 / 4.0 = 90 % (met); batch 128: 6 / 12 = 50 % (missed, target 60 %)
+            det = dict(top, deterministic={
+                "decode": [{"batch": 1, "ms": 4.0, "roofline_ms": 3.6}, {"batch": 128, "ms": 12.0, "roofline_ms": 6.0}],
+                "prefill": [{"tokens": 2048, "ms": 60.0, "tflops": 500.0}, {"tokens": 512, "ms": 20.0, "tflops": 300.0}]})
+            fast = dict(top, fast={"decode": [{"batch": 1, "ms": 3.0, "roofline_ms": 3.6}], "prefill": []})
+            self.write(d, "bench_cuda_deterministic.json", det)
+            self.write(d, "bench_cuda_fast.json", fast)
+            self.write(d, "bench_torch.json", {"decode": [{"batch": 1, "ms": 5.0}, {"batch": 128, "ms": 10.0}],
+                                               "prefill": [{"tokens": 2048, "ms": 61.0}]})
+            t = st.build(d)
+            rows = {(r["mode"], r["kind"], r["size"]): r for r in t["rows"]}
+            b1 = rows[("deterministic", "decode", 1)]
+            self.assertAlmostEqual(b1["share"], 0.9)
+            self.assertTrue(b1["met"])
+            self.assertTrue(b1["beats_torch"])
+            self.assertFalse(b1["within_fast"])  # 4.0 > 1.15 * 3.0
+            self.assertEqual(b1["baseline_ms"], 13.87)
+            b128 = rows[("deterministic", "decode", 128)]
+            self.assertEqual(b128["target"], 0.60)
+            self.assertFalse(b128["met"])
+            self.assertFalse(b128["beats_torch"])  # 12 ms against 10 ms
+            self.assertIsNone(b128["within_fast"])  # fast has no batch 128: not judged
+            p2k = rows[("deterministic", "prefill", 2048)]
+            self.assertAlmostEqual(p2k["share"], 500.0 / 800.0)
+            self.assertTrue(p2k["met"])
+            self.assertIsNone(rows[("deterministic", "prefill", 512)]["met"])  # no target below 2k
+            self.assertEqual(t["torch_source"], "this run")
+            text = st.render(t)
+            self.assertIn("missed", text)
+            self.assertIn("deterministic", text)
+
+    def test_missing_files(self):
+        sys.path.insert(0, HERE)
+        import speed_table as st
+        with tempfile.TemporaryDirectory() as d:
+            t = st.build(d)
+            self.assertEqual(t["rows"], [])
+            self.assertEqual(t["torch_source"], "2026-11-30")  # the stored reference, labelled
+            self.assertIn("no bench_cuda results", st.render(t))
+            self.assertEqual(st.main([os.path.join(d, "absent")]), 2)
+
 class RealRun(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="tandem-tools-test-")
