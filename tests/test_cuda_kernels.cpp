@@ -933,14 +933,7 @@ TEST_CASE("cuda gemm: the own tensor-core GEMM (deterministic fallback) is right
     const std::vector<bf16> X = random_bf16(rng, size_t(kRows * sh.K), -1.0, 1.0);
     const DeviceBuffer<bf16> d_W = upload(W), d_X = upload(X);
     const std::vector<float> full = run_gemm(own, d_X, kRows, sh.K, d_W, sh.N);
-    std::vector<double> ref(size_t(kRows * sh.N));
-    for (int64_t t = 0; t < kRows; ++t)
-      for (int64_t n = 0; n < sh.N; ++n) {
-        double acc = 0;
-        for (int64_t k = 0; k < sh.K; ++k)
-          acc += as_double(X[size_t(t * sh.K + k)]) * as_double(W[size_t(n * sh.K + k)]);
-        ref[size_t(t * sh.N + n)] = acc;
-      }
+    const std::vector<double> ref = gemm_ref(to_double(X), kRows, sh.K, to_double(W), sh.N);
     const double rel = rel_err(full, ref);
     CHECK_MESSAGE(rel <= 1e-4, "own GEMM vs float64 rel ", rel);
     for (const int64_t T : {int64_t(1), int64_t(7), int64_t(64), int64_t(65), int64_t(129), int64_t(299)}) {
@@ -980,14 +973,7 @@ TEST_CASE("cuda gemm: the own GEMM's skinny kernel gives the tiled kernel's bits
       CHECK(same_bits(ys.data(), yt.data(), yt.size()));
       CHECK(same_bits(bs.data(), bt.data(), bt.size()));
       if (T == 5) {
-        std::vector<double> ref(size_t(T * sh.N));
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t n = 0; n < sh.N; ++n) {
-            double acc = 0;
-            for (int64_t k = 0; k < sh.K; ++k)
-              acc += as_double(X[size_t(t * sh.K + k)]) * as_double(W[size_t(n * sh.K + k)]);
-            ref[size_t(t * sh.N + n)] = acc;
-          }
+        const std::vector<double> ref = gemm_ref(to_double(X), T, sh.K, to_double(W), sh.N);
         const double rel = rel_err(ys, ref);
         CHECK_MESSAGE(rel <= 1e-4, "skinny vs float64 rel ", rel);
       }

@@ -246,14 +246,12 @@ class ModelExecutor final : public executor_i {
 
 const Override kNoChunking{"engine.enable_chunked_prefill", "false"};
 
-std::vector<std::vector<Token>> golden_on_gpu(const std::vector<Override>& overrides, bool graphs,
-                                              cuda::CudaModelStats* stats = nullptr,
-                                              cuda::AttentionKernel kernel = cuda::AttentionKernel::Simt,
-                                              const std::string& workload = "workloads/golden_small.yaml",
-                                              Summary* summary = nullptr) {
+// The workload (with overrides) served by a CUDA model built from `o` (its step limits taken
+// from the workload); every request must finish. Outputs, and the model's stats and summary.
+std::vector<std::vector<Token>> golden_with(const std::vector<Override>& overrides, cuda::CudaModelOptions o,
+                                            const std::string& workload = "workloads/golden_small.yaml",
+                                            cuda::CudaModelStats* stats = nullptr, Summary* summary = nullptr) {
   Workload w = load_workload(testing::source_path(workload), overrides);
-  cuda::CudaModelOptions o = opts(true, 1, false, kernel);
-  o.cuda_graph = graphs;
   o.max_step_tokens = w.engine.max_num_batched_tokens;
   o.max_step_seqs = w.engine.max_num_seqs;
   cuda::CudaModel model(w.model, nullptr, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size, o);
@@ -266,6 +264,16 @@ std::vector<std::vector<Token>> golden_on_gpu(const std::vector<Override>& overr
   if (stats) *stats = model.stats();
   if (summary) *summary = s;
   return e.outputs();
+}
+
+std::vector<std::vector<Token>> golden_on_gpu(const std::vector<Override>& overrides, bool graphs,
+                                              cuda::CudaModelStats* stats = nullptr,
+                                              cuda::AttentionKernel kernel = cuda::AttentionKernel::Simt,
+                                              const std::string& workload = "workloads/golden_small.yaml",
+                                              Summary* summary = nullptr) {
+  cuda::CudaModelOptions o = opts(true, 1, false, kernel);
+  o.cuda_graph = graphs;
+  return golden_with(overrides, o, workload, stats, summary);
 }
 }  // namespace
 
@@ -405,18 +413,10 @@ TEST_CASE("RMSNorm/RoPE v2 (loads first) gives v1's logits bit for bit (1, 37, 3
     }
   }
   // Through the engine: the golden workload's outputs with v1 and with v2, graphs on.
-  Workload w = load_workload(testing::source_path("workloads/golden_small.yaml"), {kNoChunking});
-  const auto outputs = [&](cuda::RowKernels rk) {
+  const auto outputs = [](cuda::RowKernels rk) {
     cuda::CudaModelOptions o = opts();
     o.row_kernels = rk;
-    o.max_step_tokens = w.engine.max_num_batched_tokens;
-    o.max_step_seqs = w.engine.max_num_seqs;
-    cuda::CudaModel model(w.model, nullptr, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size, o);
-    ModelExecutor exec(model);
-    VirtualClock clock;
-    Engine e(w, generate_requests(w), exec, clock);
-    (void)e.run();
-    return e.outputs();
+    return golden_with({kNoChunking}, o);
   };
   CHECK(outputs(cuda::RowKernels::V1) == outputs(cuda::RowKernels::V2));
 }
@@ -426,19 +426,10 @@ TEST_CASE("RMSNorm/RoPE v2 (loads first) gives v1's logits bit for bit (1, 37, 3
 // skinny kernel), graphs on and off.
 TEST_CASE("golden on the GPU with the own GEMM: chunked at 16 and 61 vs unchunked, graphs on and off") {
   const auto run = [](const std::vector<Override>& overrides, bool graphs) {
-    Workload w = load_workload(testing::source_path("workloads/golden_small.yaml"), overrides);
     cuda::CudaModelOptions o = opts();
     o.gemm_own_kernel = true;
     o.cuda_graph = graphs;
-    o.max_step_tokens = w.engine.max_num_batched_tokens;
-    o.max_step_seqs = w.engine.max_num_seqs;
-    cuda::CudaModel model(w.model, nullptr, w.seed, w.engine.resolved_kv_blocks, w.engine.block_size, o);
-    ModelExecutor exec(model);
-    VirtualClock clock;
-    Engine e(w, generate_requests(w), exec, clock);
-    (void)e.run();
-    for (const Request& r : e.requests()) REQUIRE(r.status == RequestStatus::Finished);
-    return e.outputs();
+    return golden_with(overrides, o);
   };
   const auto base = run({kNoChunking}, false);
   for (const std::string budget : {"16", "61"})

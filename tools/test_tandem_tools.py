@@ -365,6 +365,42 @@ class SpeedTable(unittest.TestCase):
             self.assertIn("no bench_cuda results", st.render(t))
             self.assertEqual(st.main([os.path.join(d, "absent")]), 2)
 
+
+class PtxEntries(unittest.TestCase):
+    """tools/ptx_entries.py: a kernel's PTX before and after, names and labels normalised."""
+
+    def ptx(self, file_hash, fn, body):
+        name = f"_ZN6tandem4cuda43_GLOBAL__N__{file_hash}_10_kernels_cu_3cca693918add_rmsnorm_kernelEPf"
+        return (f".visible .entry {name}(\n\t.param .u64 p0\n)\n{{\n$L__BB{fn}_1:\n\t{body}\n"
+                f"\t@%p1 bra $L__BB{fn}_1;\n}}\n")
+
+    def test_normalised_and_judged(self):
+        import ptx_entries as pe
+        old = pe.entries(self.ptx("7554c530", 0, "fma.rn.f32 %f1, %f2, %f3, %f1;"))
+        moved = pe.entries(self.ptx("0badf00d", 3, "fma.rn.f32 %f1, %f2, %f3, %f1;"))  # another hash, label
+        self.assertEqual(len(old), 1)
+        self.assertEqual(pe.compare(old, moved), [("SAME", next(iter(old)))])
+        changed = pe.entries(self.ptx("7554c530", 0, "mul.f32 %f1, %f2, %f3;"))
+        self.assertEqual(pe.compare(old, changed)[0][0], "CHANGED")
+        self.assertEqual(pe.compare(old, {})[0][0], "GONE")
+        self.assertEqual(pe.compare({}, old)[0][0], "NEW")
+
+    def test_exit_status(self):
+        import ptx_entries as pe
+        with tempfile.TemporaryDirectory() as d:
+            a, b, c = (os.path.join(d, n) for n in ("a.ptx", "b.ptx", "c.ptx"))
+            with open(a, "w") as f:
+                f.write(self.ptx("7554c530", 0, "add.f32 %f1, %f2, %f3;"))
+            with open(b, "w") as f:
+                f.write(self.ptx("7554c530", 0, "sub.f32 %f1, %f2, %f3;"))
+            with open(c, "w") as f:
+                f.write("")
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(pe.main([a, a]), 0)
+                self.assertEqual(pe.main([a, b]), 1)  # changed
+                self.assertEqual(pe.main([c, a]), 0)  # only new
+                self.assertEqual(pe.main([a, c]), 1)  # gone
+
 class RealRun(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="tandem-tools-test-")

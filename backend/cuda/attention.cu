@@ -43,12 +43,7 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int rows = tile.n * group;
 
-  for (int i = tid; i < kRows * HD; i += kThreads) {
-    const int r = i / HD, d = i % HD;
-    float v = 0.0f;
-    if (r < rows) v = qkv[int64_t(tile.token0 + r / group) * qkv_stride + int64_t(g * group + r % group) * HD + d];
-    q_s[r][d] = v;
-  }
+  load_q<HD, kRows, kThreads>(q_s, qkv, qkv_stride, tile, g, group, tid);
 
   const int last_pos = tile.pos0 + tile.n - 1;
   const int key_tiles = last_pos / kKeys + 1;
@@ -77,14 +72,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int j = lane + 32 * half;
-        const __nv_bfloat162* krow = reinterpret_cast<const __nv_bfloat162*>(&k_s[j][0]);
-        float dot = 0.0f;
-#pragma unroll 8
-        for (int d2 = 0; d2 < HD / 2; ++d2) {
-          const float2 kf = __bfloat1622float2(krow[d2]);
-          dot = fmaf(q_s[r][2 * d2], kf.x, dot);
-          dot = fmaf(q_s[r][2 * d2 + 1], kf.y, dot);
-        }
+        const float dot = key_dot<HD>(q_s[r], &k_s[j][0]);
         s[half] = kt * kKeys + j <= pos ? dot * scale : -INFINITY;
       }
       float tile_max = fmaxf(s[0], s[1]);
@@ -104,10 +92,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncwarp();
 #pragma unroll
       for (int c = 0; c < kDimsPerLane; ++c) {
-        const int d = lane + 32 * c;
-        float a = acc[i][c] * alpha;
-        for (int j = 0; j < kKeys; ++j) a = fmaf(p_s[warp][j], __bfloat162float(v_s[j][d]), a);
-        acc[i][c] = a;
+        acc[i][c] = weighted_values<HD, kKeys>(p_s[warp], v_s, lane + 32 * c, acc[i][c] * alpha);
       }
       __syncwarp();  // p_s is rewritten by the next row
     }

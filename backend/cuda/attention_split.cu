@@ -56,14 +56,7 @@ __device__ __forceinline__ RowState<HD> split_partial(const float* q_row, const 
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int j = lane + 32 * half;
-    const __nv_bfloat162* krow = reinterpret_cast<const __nv_bfloat162*>(&k_s[j][0]);
-    float dot = 0.0f;
-#pragma unroll 8
-    for (int d2 = 0; d2 < HD / 2; ++d2) {
-      const float2 kf = __bfloat1622float2(krow[d2]);
-      dot = fmaf(q_row[2 * d2], kf.x, dot);
-      dot = fmaf(q_row[2 * d2 + 1], kf.y, dot);
-    }
+    const float dot = key_dot<HD>(q_row, &k_s[j][0]);
     s[half] = split * kKeys + j <= pos ? __fmul_rn(dot, scale) : -INFINITY;
   }
   float mx = fmaxf(s[0], s[1]);
@@ -79,12 +72,7 @@ __device__ __forceinline__ RowState<HD> split_partial(const float* q_row, const 
   p_w[lane + 32] = p1;
   __syncwarp();
 #pragma unroll
-  for (int c = 0; c < HD / 32; ++c) {
-    const int d = lane + 32 * c;
-    float a = 0.0f;
-    for (int j = 0; j < kKeys; ++j) a = fmaf(p_w[j], __bfloat162float(v_s[j][d]), a);
-    st.acc[c] = a;
-  }
+  for (int c = 0; c < HD / 32; ++c) st.acc[c] = weighted_values<HD, kKeys>(p_w, v_s, lane + 32 * c, 0.0f);
   __syncwarp();  // p_w is rewritten by the next row
   return st;
 }
@@ -101,19 +89,6 @@ __device__ __forceinline__ float fold_dim(float A, float acc, float alpha, float
   return fmaf(acc, beta, __fmul_rn(A, alpha));
 }
 __device__ __forceinline__ bf16 finish(float A, float L) { return __float2bfloat16(__fmul_rn(A, 1.0f / L)); }
-
-// The tile's query rows of KV head g into q_s (zeros past its rows).
-template <int HD>
-__device__ __forceinline__ void load_q(float (*q_s)[HD], const float* qkv, int64_t qkv_stride,
-                                       const AttentionTile& tile, int g, int group, int tid) {
-  const int rows = tile.n * group;
-  for (int i = tid; i < kRows * HD; i += kThreads) {
-    const int r = i / HD, d = i % HD;
-    float v = 0.0f;
-    if (r < rows) v = qkv[int64_t(tile.token0 + r / group) * qkv_stride + int64_t(g * group + r % group) * HD + d];
-    q_s[r][d] = v;
-  }
-}
 
 // Where a row's partial of split s lives: [query row = token * heads + head][split][HD + 2]
 // (acc, then m and l).
@@ -151,7 +126,7 @@ __global__ void __launch_bounds__(kThreads)
     const int last_pos = tile.pos0 + tile.n - 1;
     if (split * kKeys > last_pos) continue;  // block-uniform
     __syncthreads();                         // the previous item's tiles are consumed
-    load_q<HD>(sh.q_s, qkv, qkv_stride, tile, g, group, tid);
+    load_q<HD, kRows, kThreads>(sh.q_s, qkv, qkv_stride, tile, g, group, tid);
     load_kv_tile<HD, kKeys, kThreads, SharedTiles<HD>::kPaddedK, HD>(&sh.k_s[0][0], &sh.v_s[0][0], k_cache, v_cache,
                                                                      block_tables + int64_t(tile.seq) * table_width,
                                                                      block_size, kv_heads, g, split, last_pos, tid);
@@ -216,7 +191,7 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int rows = tile.n * group;
   const int last_pos = tile.pos0 + tile.n - 1;
-  load_q<HD>(sh.q_s, qkv, qkv_stride, tile, g, group, tid);
+  load_q<HD, kRows, kThreads>(sh.q_s, qkv, qkv_stride, tile, g, group, tid);
   RowState<HD> run[kRowsPerWarp];
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {

@@ -37,6 +37,42 @@ void with_head_dim(int32_t head_dim, const char* kernel, F&& f) {
   }
 }
 
+// A tile's query rows of KV head g (tokens x the heads of the group, fp32) into q_s, zeros
+// past its rows. All kThreads threads of the block take part.
+template <int HD, int kRows, int kThreads>
+__device__ __forceinline__ void load_q(float (*q_s)[HD], const float* qkv, int64_t qkv_stride,
+                                       const AttentionTile& tile, int g, int group, int tid) {
+  const int rows = tile.n * group;
+  for (int i = tid; i < kRows * HD; i += kThreads) {
+    const int r = i / HD, d = i % HD;
+    float v = 0.0f;
+    if (r < rows) v = qkv[int64_t(tile.token0 + r / group) * qkv_stride + int64_t(g * group + r % group) * HD + d];
+    q_s[r][d] = v;
+  }
+}
+
+// One key's score before scaling: a query row (fp32, shared memory) dotted with a cached key
+// row (bf16, shared memory, 4-byte aligned) over the head in ascending order, two dims a step.
+template <int HD>
+__device__ __forceinline__ float key_dot(const float* q, const __nv_bfloat16* k_row) {
+  const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(k_row);
+  float dot = 0.0f;
+#pragma unroll 8
+  for (int d2 = 0; d2 < HD / 2; ++d2) {
+    const float2 kf = __bfloat1622float2(k2[d2]);
+    dot = fmaf(q[2 * d2], kf.x, dot);
+    dot = fmaf(q[2 * d2 + 1], kf.y, dot);
+  }
+  return dot;
+}
+
+// a + sum_j p[j] * v[j][d] over a tile's kKeys keys in ascending j (v rows of HD bf16).
+template <int HD, int kKeys>
+__device__ __forceinline__ float weighted_values(const float* p, const __nv_bfloat16 (*v)[HD], int d, float a) {
+  for (int j = 0; j < kKeys; ++j) a = fmaf(p[j], __bfloat162float(v[j][d]), a);
+  return a;
+}
+
 // Stores 8 bf16 (16 bytes) at p; rows of ld elements that are not a multiple of 16 bytes
 // (padded against bank conflicts) take four 4-byte stores.
 template <int kLd>

@@ -44,6 +44,22 @@ __global__ void add_rmsnorm_kernel(float* x, const float* residual, const float*
   for (int64_t i = threadIdx.x; i < h; i += kRowThreads) out[t * h + i] = __float2bfloat16(row[i] * inv * w[i]);
 }
 
+// The rotated k and the v of one token's qkv row to its cache slot (bf16), after the whole
+// block has rotated it; a negative slot (a padding row of a graph replay) writes nothing.
+// (V2's tail; rope_store_kv_kernel keeps its own copy inline, as compiled for the 2026-11-30 run.)
+__device__ __forceinline__ void store_kv_row(const float* row, int32_t slot, int32_t heads, int32_t kv_heads,
+                                             int32_t hd, bf16* k_cache, bf16* v_cache) {
+  if (slot < 0) return;
+  __syncthreads();
+  const int32_t n = kv_heads * hd;
+  const float* k = row + int64_t(heads) * hd;
+  const float* vv = k + n;
+  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    k_cache[int64_t(slot) * n + i] = __float2bfloat16(k[i]);
+    v_cache[int64_t(slot) * n + i] = __float2bfloat16(vv[i]);
+  }
+}
+
 __global__ void rope_store_kv_kernel(float* qkv, const int32_t* positions, const int32_t* slots, const float* cos_table,
                                      const float* sin_table, int32_t heads, int32_t kv_heads, int32_t hd, bf16* k_cache,
                                      bf16* v_cache) {
@@ -161,16 +177,7 @@ __global__ void rope_store_kv_v2_kernel(float* __restrict__ qkv, const int32_t* 
       v[i + half] = b[j] * co[j] + a[j] * si[j];
     }
   }
-  const int32_t slot = slots[t];
-  if (slot < 0) return;  // padding row of a graph replay
-  __syncthreads();
-  const int32_t n = kv_heads * hd;
-  const float* k = row + int64_t(heads) * hd;
-  const float* vv = k + n;
-  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
-    k_cache[int64_t(slot) * n + i] = __float2bfloat16(k[i]);
-    v_cache[int64_t(slot) * n + i] = __float2bfloat16(vv[i]);
-  }
+  store_kv_row(row, slots[t], heads, kv_heads, hd, k_cache, v_cache);
 }
 
 __global__ void swiglu_kernel(const float* gu, int64_t T, int64_t ffn, bf16* act) {
