@@ -104,6 +104,7 @@ constexpr int kSkinnyWarps = 2;
 constexpr int kSkinnyChunk = 256;             // K per shared-memory stage of X (a multiple of kStep)
 constexpr int kSkinnyLd = kSkinnyChunk + 16;  // bf16 row stride: rows stay 32-byte aligned
 constexpr int kSkinnyThreads = 32 * kSkinnyWarps;
+constexpr int kPrefetch = 16;  // weight fragments a warp loads before using them (kSkinnyChunk / 16 at most)
 
 template <int MT, class Out>
 __global__ void __launch_bounds__(kSkinnyThreads)
@@ -128,18 +129,28 @@ __global__ void __launch_bounds__(kSkinnyThreads)
     }
     __syncthreads();
     if (!active) continue;
-#pragma unroll 8
-    for (int kk = 0; kk < width; kk += 16) {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
-      if (k0 + kk < K)
-        wmma::load_matrix_sync(b, W + n0 * K + k0 + kk, unsigned(K));  // W^T, column-major: W's rows as they are
-      else
-        wmma::fill_fragment(b, zero);  // the tiled kernel's zero padding
+    // Weight fragments kPrefetch steps at a time, all loads issued before their MMAs: a warp
+    // has kPrefetch * 512 bytes in flight (one at a time would leave the loads latency-bound).
+    for (int kk0 = 0; kk0 < width; kk0 += 16 * kPrefetch) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b[kPrefetch];
 #pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-        wmma::load_matrix_sync(a, &x_s[16 * i][kk], kSkinnyLd);
-        wmma::mma_sync(acc[i], a, b, acc[i]);
+      for (int u = 0; u < kPrefetch; ++u) {
+        const int kk = kk0 + 16 * u;
+        if (kk < width && k0 + kk < K)
+          wmma::load_matrix_sync(b[u], W + n0 * K + k0 + kk, unsigned(K));  // W^T, column-major: W's rows as they are
+        else
+          wmma::fill_fragment(b[u], zero);  // the tiled kernel's zero padding (unused past width)
+      }
+#pragma unroll
+      for (int u = 0; u < kPrefetch; ++u) {
+        const int kk = kk0 + 16 * u;
+        if (kk >= width) break;  // warp-uniform
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+          wmma::load_matrix_sync(a, &x_s[16 * i][kk], kSkinnyLd);
+          wmma::mma_sync(acc[i], a, b[u], acc[i]);
+        }
       }
     }
   }
