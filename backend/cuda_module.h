@@ -33,7 +33,8 @@ struct CudaExecutorOptions {
   int32_t device = 0;                      // the instance's first GPU (a second instance in one process: its own)
   bool deterministic = true;               // pin the GEMM algorithms: batch/chunk-invariant (engine.deterministic)
   bool cuda_graph = true;                  // replay decode steps from captured graphs (engine.cuda_graph)
-  // engine.cuda_attention: 0 simt (CUDA cores), 1 mma (tensor cores), 2 split (split-KV, CUDA cores)
+  // engine.cuda_attention: 0 simt (CUDA cores), 1 mma (tensor cores), 2 split (split-KV, CUDA cores),
+  // 3 mma_split (split-KV, tensor cores)
   int32_t attention = 0;
   int32_t row_kernels = 1;  // engine.cuda_row_kernels: 1 (v1) or 2 (v2: loads first, the same bits)
   bool own_gemm = false;    // engine.cuda_gemm: own (the own tensor-core GEMM for every shape) or pinned

@@ -96,7 +96,7 @@ struct EngineSpec {
   bool deterministic = true;              // real backends: batch/chunk-invariant kernels (golden-exact)
   int32_t tp = 1;                         // tensor parallelism: ranks the model is split over
   bool cuda_graph = true;                 // CUDA backend: decode steps replay captured graphs
-  std::string cuda_attention = "simt";    // CUDA backend: simt (CUDA cores), mma (tensor cores), split (split-KV)
+  std::string cuda_attention = "simt";    // CUDA backend: simt, mma (tensor cores), split, mma_split (split-KV)
   std::string cuda_row_kernels = "v1";    // CUDA backend: RMSNorm/RoPE v1, or v2 (loads first; the same bits)
   std::string cuda_gemm = "pinned";       // CUDA backend: pinned cuBLASLt algorithms, or own (tensor-core GEMM)
   int32_t data_parallel = 1;              // colocated instances, arrivals split round-robin (each its own cache)

@@ -53,8 +53,10 @@ EngineSpec parse_engine(const Field& f) {
   if (f.has("deterministic")) e.deterministic = f["deterministic"].as_bool();
   if (f.has("cuda_graph")) e.cuda_graph = f["cuda_graph"].as_bool();
   e.cuda_attention = f.get_string("cuda_attention", e.cuda_attention);
-  if (e.cuda_attention != "simt" && e.cuda_attention != "mma" && e.cuda_attention != "split")
-    f["cuda_attention"].fail(fmt::format("unknown attention kernel '{}' (known: simt, mma, split)", e.cuda_attention));
+  if (e.cuda_attention != "simt" && e.cuda_attention != "mma" && e.cuda_attention != "split" &&
+      e.cuda_attention != "mma_split")
+    f["cuda_attention"].fail(
+        fmt::format("unknown attention kernel '{}' (known: simt, mma, split, mma_split)", e.cuda_attention));
   e.cuda_gemm = f.get_string("cuda_gemm", e.cuda_gemm);
   if (e.cuda_gemm != "pinned" && e.cuda_gemm != "own")
     f["cuda_gemm"].fail(fmt::format("unknown GEMM choice '{}' (known: pinned, own)", e.cuda_gemm));
@@ -87,7 +89,7 @@ YAML::Node engine_yaml(const EngineSpec& e) {
   n["cuda_graph"] = e.cuda_graph;
   n["cuda_attention"] = e.cuda_attention;
   if (e.cuda_row_kernels != "v1") n["cuda_row_kernels"] = e.cuda_row_kernels;  // absent at v1: files unchanged
-  if (e.cuda_gemm != "pinned") n["cuda_gemm"] = e.cuda_gemm;                     // absent at pinned: the same
+  if (e.cuda_gemm != "pinned") n["cuda_gemm"] = e.cuda_gemm;                   // absent at pinned: the same
   n["tp"] = e.tp;
   if (e.data_parallel != 1) n["data_parallel"] = e.data_parallel;  // absent at 1: stage 1-3 files unchanged
   return n;

@@ -18,9 +18,10 @@ cuda::CudaExecutorOptions cuda_executor_options(const EngineSpec& e) {
           .device = e.device,
           .deterministic = e.deterministic,
           .cuda_graph = e.cuda_graph,
-          .attention = e.cuda_attention == "mma"     ? 1
-                       : e.cuda_attention == "split" ? 2
-                                                     : 0,
+          .attention = e.cuda_attention == "mma"         ? 1
+                       : e.cuda_attention == "split"     ? 2
+                       : e.cuda_attention == "mma_split" ? 3
+                                                         : 0,
           .row_kernels = e.cuda_row_kernels == "v2" ? 2 : 1,
           .own_gemm = e.cuda_gemm == "own",
           .max_step_tokens = e.max_num_batched_tokens,

@@ -213,6 +213,8 @@ json layer_ops(const ModelSpec& m, int32_t batch, int32_t context, int32_t pin_t
   cuda::AttentionArgs inblock = a;
   inblock.split_workspace = nullptr;
   op("attention split in-block", kv_read, [&] { cuda::paged_attention_split(inblock, s); });
+  op("attention mma_split", kv_read, [&] { cuda::paged_attention_mma_split(a, s); });
+  op("attention mma_split in-block", kv_read, [&] { cuda::paged_attention_mma_split(inblock, s); });
   if (m.heads / m.kv_heads <= 64) {
     // The mma kernel takes its own tiles (up to 64 rows); one token per tile is a valid layout.
     op("attention mma", kv_read, [&] { cuda::paged_attention_mma(a, s); });
@@ -246,7 +248,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: bench_cuda [--json PATH] [--quick] [--ops] [--mode deterministic|deterministic_mma|"
-                   "deterministic_split|deterministic_split_v2|deterministic_own_split_v2|deterministic_pin64|fast "
+                   "deterministic_split|deterministic_mma_split|deterministic_split_v2|deterministic_own_split_v2|"
+                   "deterministic_pin64|fast "
                    "...]\n");
       return 2;
     }
@@ -309,6 +312,7 @@ int main(int argc, char** argv) {
                split = cuda::AttentionKernel::Split;
     for (const Mode& md : {Mode{"deterministic", true, 256, simt}, Mode{"deterministic_mma", true, 256, mma},
                            Mode{"deterministic_split", true, 256, split},
+                           Mode{"deterministic_mma_split", true, 256, cuda::AttentionKernel::MmaSplit},
                            Mode{"deterministic_split_v2", true, 256, split, cuda::RowKernels::V2},
                            Mode{"deterministic_own_split_v2", true, 256, split, cuda::RowKernels::V2, true},
                            Mode{"deterministic_pin64", true, 64, simt}, Mode{"fast", false, 256, simt}}) {

@@ -66,7 +66,7 @@ expect 2 "calibrate --backend tpu: not available in this build \\(known: cpu" --
 if [ "$cuda_build" = cuda ]; then
   expect 2 "calibrate: give --model PRESET \\(per-operator profile\\) or --workload" -- calibrate --backend cuda --out "$tmp/p.yaml"
 fi
-expect 2 "field 'engine.cuda_attention': unknown attention kernel 'flash' \\(known: simt, mma, split\\)" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_attention=flash
+expect 2 "field 'engine.cuda_attention': unknown attention kernel 'flash' \\(known: simt, mma, split, mma_split\\)" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_attention=flash
 expect 2 "field 'engine.cuda_graph': expected true or false" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_graph=sometimes
 expect 2 "--clock wall needs a real backend" -- run "$src/workloads/quickstart.yaml" --clock wall
 expect 2 "unknown command 'frobnicate'" -- frobnicate

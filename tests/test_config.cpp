@@ -133,7 +133,7 @@ TEST_CASE("CUDA backend knobs: defaults, values, bad values, and the resolved YA
   CHECK(bad_gemm.find("known: pinned, own") != std::string::npos);
   const std::string e = error_of(kBase, {{"engine.cuda_attention", "flash"}});
   CHECK(e.find("engine.cuda_attention") != std::string::npos);
-  CHECK(e.find("known: simt, mma, split") != std::string::npos);
+  CHECK(e.find("known: simt, mma, split, mma_split") != std::string::npos);
   CHECK(error_of(kBase, {{"engine.cuda_graph", "7"}}).find("engine.cuda_graph") != std::string::npos);
 }
 

@@ -401,13 +401,15 @@ std::vector<double> attention_ref(const KvHost& kv, const AttnSeq& s) {
 // The attention variants: paged_attention (simt), paged_attention_mma, and
 // paged_attention_split made to spread its splits (a workspace that fits) or to walk them in
 // each block (none).
-enum class Attn { simt, mma, split_spread, split_inblock };
+enum class Attn { simt, mma, split_spread, split_inblock, mma_split_spread, mma_split_inblock };
 const char* name(Attn a) {
   switch (a) {
     case Attn::simt: return "simt";
     case Attn::mma: return "mma";
     case Attn::split_spread: return "split (spread)";
     case Attn::split_inblock: return "split (in-block)";
+    case Attn::mma_split_spread: return "mma_split (spread)";
+    case Attn::mma_split_inblock: return "mma_split (in-block)";
   }
   return "?";
 }
@@ -417,7 +419,7 @@ const char* name(Attn a) {
 // only q may be read. Returns each sequence's output rows ([n][heads * hd]).
 std::vector<std::vector<bf16>> attend(Attn kind, const KvHost& kv, const DeviceBuffer<bf16>& d_k,
                                       const DeviceBuffer<bf16>& d_v, const std::vector<const AttnSeq*>& seqs) {
-  const bool mma = kind == Attn::mma;
+  const bool mma = kind == Attn::mma || kind == Attn::mma_split_spread || kind == Attn::mma_split_inblock;
   const AttnCfg& c = kv.c;
   const int64_t w = c.q_width(), stride = c.qkv_stride();
   int64_t T = 0;
@@ -469,13 +471,14 @@ std::vector<std::vector<bf16>> attend(Attn kind, const KvHost& kv, const DeviceB
     tc::paged_attention(args, kStream);
   } else {
     // The workspace of the spread way, poisoned: a partial the combine reads unwritten shows.
+    const bool spread = kind == Attn::split_spread || kind == Attn::mma_split_spread;
     const int64_t ws_floats = tc::attention_split_workspace_floats(T * c.heads, args.max_positions, c.hd);
-    DeviceBuffer<float> ws(size_t(kind == Attn::split_spread ? ws_floats : 1));
+    DeviceBuffer<float> ws(size_t(spread ? ws_floats : 1));
     poison(ws);
-    args.split_workspace = kind == Attn::split_spread ? ws.get() : nullptr;
-    args.split_workspace_floats = kind == Attn::split_spread ? ws_floats : 0;
-    CHECK(tc::attention_split_spreads(args) == (kind == Attn::split_spread));
-    tc::paged_attention_split(args, kStream);
+    args.split_workspace = spread ? ws.get() : nullptr;
+    args.split_workspace_floats = spread ? ws_floats : 0;
+    CHECK(tc::attention_split_spreads(args) == spread);
+    (mma ? tc::paged_attention_mma_split : tc::paged_attention_split)(args, kStream);
     TANDEM_CUDA_CHECK(cudaStreamSynchronize(kStream));
   }
   const std::vector<bf16> out = download(d_out);
@@ -494,7 +497,8 @@ std::vector<std::vector<bf16>> attend(Attn kind, const KvHost& kv, const DeviceB
 
 TEST_CASE("cuda kernels: paged attention (simt, mma, split-KV both ways) vs float64, batch and chunk invariance") {
   Rng rng(404);
-  for (const Attn kind : {Attn::simt, Attn::mma, Attn::split_spread, Attn::split_inblock})
+  for (const Attn kind : {Attn::simt, Attn::mma, Attn::split_spread, Attn::split_inblock, Attn::mma_split_spread,
+                          Attn::mma_split_inblock})
     for (const AttnCfg c : {AttnCfg{8, 2, 128}, AttnCfg{12, 4, 64}, AttnCfg{8, 8, 32}, AttnCfg{16, 1, 32}}) {
       CAPTURE(name(kind));
       CAPTURE(c.hd);
@@ -558,40 +562,44 @@ TEST_CASE("cuda kernels: paged attention (simt, mma, split-KV both ways) vs floa
     }
 }
 
-// The split-KV kernel's two ways (spread over the GPU with a combine kernel, or walked in each
+// Each split-KV kernel's two ways (spread over the GPU with a combine kernel, or walked in each
 // block) are one function: the same bits for every row, over contexts of 1 to 11 splits.
-TEST_CASE("cuda kernels: split-KV attention spread == in-block, bit for bit") {
+TEST_CASE("cuda kernels: split-KV attention (CUDA cores and tensor cores) spread == in-block, bit for bit") {
   Rng rng(405);
-  for (const AttnCfg c : {AttnCfg{32, 8, 128}, AttnCfg{12, 4, 64}, AttnCfg{16, 1, 32}}) {
-    CAPTURE(c.hd);
-    CAPTURE(c.heads);
-    KvHost kv(c, 160, rng);
-    std::vector<AttnSeq> seqs;
-    for (const auto& [n_before, n] : {std::pair{699, 1}, std::pair{63, 1}, std::pair{64, 1}, std::pair{0, 1},
-                                      std::pair{127, 1}, std::pair{300, 45}, std::pair{0, 200}}) {
-      AttnSeq s;
-      s.table = kv.allocate(n_before + n, rng);
-      s.n_before = n_before;
-      s.n = n;
-      s.q = random_floats(rng, size_t(int64_t(n) * c.q_width()), -2.0, 2.0);
-      seqs.push_back(std::move(s));
+  for (const bool tensor_cores : {false, true})
+    for (const AttnCfg c : {AttnCfg{32, 8, 128}, AttnCfg{12, 4, 64}, AttnCfg{16, 1, 32}}) {
+      const Attn spread_kind = tensor_cores ? Attn::mma_split_spread : Attn::split_spread;
+      const Attn inblock_kind = tensor_cores ? Attn::mma_split_inblock : Attn::split_inblock;
+      CAPTURE(tensor_cores);
+      CAPTURE(c.hd);
+      CAPTURE(c.heads);
+      KvHost kv(c, 160, rng);
+      std::vector<AttnSeq> seqs;
+      for (const auto& [n_before, n] : {std::pair{699, 1}, std::pair{63, 1}, std::pair{64, 1}, std::pair{0, 1},
+                                        std::pair{127, 1}, std::pair{300, 45}, std::pair{0, 200}}) {
+        AttnSeq s;
+        s.table = kv.allocate(n_before + n, rng);
+        s.n_before = n_before;
+        s.n = n;
+        s.q = random_floats(rng, size_t(int64_t(n) * c.q_width()), -2.0, 2.0);
+        seqs.push_back(std::move(s));
+      }
+      std::vector<const AttnSeq*> all;
+      for (const AttnSeq& s : seqs) all.push_back(&s);
+      const DeviceBuffer<bf16> d_k = upload(kv.k), d_v = upload(kv.v);
+      const auto spread = attend(spread_kind, kv, d_k, d_v, all);
+      const auto inblock = attend(inblock_kind, kv, d_k, d_v, all);
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        CAPTURE(seqs[i].n_before);
+        CHECK(same_bits(spread[i].data(), inblock[i].data(), spread[i].size()));
+        const double rel = rel_err(spread[i], attention_ref(kv, seqs[i]));
+        CHECK_MESSAGE(rel <= 1e-2, "rel ", rel);
+      }
+      // A decode batch alone (the spread way's use) against the same rows in the mixed launch.
+      const auto decodes = attend(spread_kind, kv, d_k, d_v, {all[0], all[1], all[2], all[3], all[4]});
+      for (size_t i = 0; i < decodes.size(); ++i)
+        CHECK(same_bits(decodes[i].data(), inblock[i].data(), decodes[i].size()));
     }
-    std::vector<const AttnSeq*> all;
-    for (const AttnSeq& s : seqs) all.push_back(&s);
-    const DeviceBuffer<bf16> d_k = upload(kv.k), d_v = upload(kv.v);
-    const auto spread = attend(Attn::split_spread, kv, d_k, d_v, all);
-    const auto inblock = attend(Attn::split_inblock, kv, d_k, d_v, all);
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      CAPTURE(seqs[i].n_before);
-      CHECK(same_bits(spread[i].data(), inblock[i].data(), spread[i].size()));
-      const double rel = rel_err(spread[i], attention_ref(kv, seqs[i]));
-      CHECK_MESSAGE(rel <= 1e-2, "rel ", rel);
-    }
-    // A decode batch alone (the spread way's use) against the same rows in the mixed launch.
-    const auto decodes = attend(Attn::split_spread, kv, d_k, d_v, {all[0], all[1], all[2], all[3], all[4]});
-    for (size_t i = 0; i < decodes.size(); ++i)
-      CHECK(same_bits(decodes[i].data(), inblock[i].data(), decodes[i].size()));
-  }
 }
 
 TEST_CASE("cuda kernels: swiglu") {

@@ -85,9 +85,18 @@ cuda::CudaModelOptions opts(bool deterministic = true, int32_t tp = 1, bool nccl
 }
 
 constexpr cuda::AttentionKernel kAttentionKernels[] = {cuda::AttentionKernel::Simt, cuda::AttentionKernel::Mma,
-                                                       cuda::AttentionKernel::Split};
+                                                       cuda::AttentionKernel::Split, cuda::AttentionKernel::MmaSplit};
 std::string name(cuda::AttentionKernel a) {
-  return a == cuda::AttentionKernel::Mma ? "mma" : a == cuda::AttentionKernel::Split ? "split" : "simt";
+  switch (a) {
+    case cuda::AttentionKernel::Simt: return "simt";
+    case cuda::AttentionKernel::Mma: return "mma";
+    case cuda::AttentionKernel::Split: return "split";
+    case cuda::AttentionKernel::MmaSplit: return "mma_split";
+  }
+  return "?";
+}
+bool is_split(cuda::AttentionKernel a) {
+  return a == cuda::AttentionKernel::Split || a == cuda::AttentionKernel::MmaSplit;
 }
 
 // The same prompt through two configurations of one model (same dummy weights): the
@@ -321,7 +330,7 @@ TEST_CASE(
     CAPTURE(name(kernel));
     cuda::CudaModelStats base_stats;
     const auto base = golden_on_gpu({kNoChunking}, false, &base_stats, kernel);
-    if (kernel == cuda::AttentionKernel::Split) CHECK(base_stats.split_inblock_steps > 0);  // prompts > 64 tokens
+    if (is_split(kernel)) CHECK(base_stats.split_inblock_steps > 0);  // prompts > 64 tokens
     for (const std::string budget : {"16", "61", "512"})
       for (const bool graphs : {false, true}) {
         cuda::CudaModelStats st;
@@ -335,7 +344,7 @@ TEST_CASE(
                 st.split_inblock_steps);
         // Split-KV: chunks of up to 64 tokens and decodes spread their splits, longer prompts
         // walk them in each block; the outputs above agree only if both ways are one function.
-        if (kernel == cuda::AttentionKernel::Split) CHECK(st.split_spread_steps > 0);
+        if (is_split(kernel)) CHECK(st.split_spread_steps > 0);
         if (graphs) CHECK_MESSAGE(st.graph_replays > 0, "budget ", budget, ": no step replayed a graph");
       }
   }
@@ -394,8 +403,8 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("the three attention kernels compute the same function (not bit for bit)") {
-  for (const auto other : {cuda::AttentionKernel::Mma, cuda::AttentionKernel::Split}) {
+TEST_CASE("the four attention kernels compute the same function (not bit for bit)") {
+  for (const auto other : {cuda::AttentionKernel::Mma, cuda::AttentionKernel::Split, cuda::AttentionKernel::MmaSplit}) {
     const double err = logits_rel_err(bf16_model(4, 1, 512), opts(true, 1, false, cuda::AttentionKernel::Simt),
                                       opts(true, 1, false, other), 2, 31, 300);
     MESSAGE(name(other), " vs simt attention, logits rel err ", err);

@@ -30,7 +30,8 @@ BASELINE_TORCH = {
     "decode": {1: 36.49, 8: 51.73, 32: 33.11, 64: 53.89, 128: 96.68, 256: 182.85},
     "prefill": {512: 36.98, 2048: 60.37, 8192: 252.35},
 }
-MODES = ["deterministic", "deterministic_split", "deterministic_split_v2", "deterministic_own_split_v2",
+MODES = ["deterministic", "deterministic_split", "deterministic_mma_split", "deterministic_split_v2",
+         "deterministic_own_split_v2",
          "deterministic_mma", "deterministic_pin64", "fast"]
 
 

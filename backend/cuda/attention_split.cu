@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/attention_split.cuh"
 #include "backend/cuda/attention_tile.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
@@ -31,11 +32,13 @@ namespace tandem::cuda {
 
 namespace {
 
+using namespace split_kv;
+
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRows = 16;  // query rows per tile, as the SIMT kernel (attention_tile_tokens)
 constexpr int kRowsPerWarp = kRows / kWarps;
-constexpr int kKeys = 64;  // keys per split = keys per shared-memory tile: 2 per lane
+constexpr int kKeys = split_kv::kSplitKeys;  // keys per split = keys per shared-memory tile: 2 per lane
 constexpr unsigned kFull = 0xffffffffu;
 
 // A row's softmax state: running max, sum and (per lane) its output dims, unnormalised.
@@ -75,26 +78,6 @@ __device__ __forceinline__ RowState<HD> split_partial(const float* q_row, const 
   for (int c = 0; c < HD / 32; ++c) st.acc[c] = weighted_values<HD, kKeys>(p_w, v_s, lane + 32 * c, 0.0f);
   __syncwarp();  // p_w is rewritten by the next row
   return st;
-}
-
-// Folds split partial (m, l, acc) into the running state: the one definition both ways use.
-__device__ __forceinline__ void fold_scalars(float& M, float& L, float m, float l, float& alpha, float& beta) {
-  const float m_new = fmaxf(M, m);
-  alpha = expf(__fsub_rn(M, m_new));  // 0 on the first split (M = -inf)
-  beta = expf(__fsub_rn(m, m_new));
-  L = fmaf(l, beta, __fmul_rn(L, alpha));
-  M = m_new;
-}
-__device__ __forceinline__ float fold_dim(float A, float acc, float alpha, float beta) {
-  return fmaf(acc, beta, __fmul_rn(A, alpha));
-}
-__device__ __forceinline__ bf16 finish(float A, float L) { return __float2bfloat16(__fmul_rn(A, 1.0f / L)); }
-
-// Where a row's partial of split s lives: [query row = token * heads + head][split][HD + 2]
-// (acc, then m and l).
-template <class F>
-__device__ __forceinline__ F* partial_at(F* ws, int64_t row, int32_t max_splits, int s, int hd) {
-  return ws + (row * max_splits + s) * (hd + 2);
 }
 
 template <int HD>
@@ -152,30 +135,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Spread, second kernel: a block per (tile, KV head) folds each row's partials in split order.
-template <int HD>
-__global__ void __launch_bounds__(kThreads)
-    split_combine_kernel(const AttentionTile* tiles, int32_t max_splits, int32_t heads, int32_t group, const float* ws,
-                         bf16* out) {
-  const AttentionTile tile = tiles[blockIdx.x];
-  if (tile.n == 0) return;
-  const int g = int(blockIdx.y);
-  const int rows = tile.n * group;
-  for (int i = int(threadIdx.x); i < rows * HD; i += kThreads) {
-    const int r = i / HD, d = i % HD;
-    const int pos = tile.pos0 + r / group;
-    const int64_t row = int64_t(tile.token0 + r / group) * heads + g * group + r % group;
-    float M = -INFINITY, L = 0.0f, A = 0.0f;
-    for (int s = 0; s <= pos / kKeys; ++s) {
-      const float* p = partial_at(ws, row, max_splits, s, HD);
-      float alpha, beta;
-      fold_scalars(M, L, p[HD], p[HD + 1], alpha, beta);
-      A = fold_dim(A, p[d], alpha, beta);
-    }
-    out[row * HD + d] = finish(A, L);
-  }
-}
-
 // In-block: a block per (tile, KV head) walks the splits its last row reaches and folds each
 // row's partial as it goes.
 template <int HD>
@@ -228,16 +187,6 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < HD / 32; ++c) o[lane + 32 * c] = finish(run[i].acc[c], run[i].l);
   }
-}
-
-int sm_count() {
-  static const int n = [] {
-    int device = 0, count = 0;
-    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
-    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
-  return n;
 }
 
 }  // namespace

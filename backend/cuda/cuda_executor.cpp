@@ -48,6 +48,7 @@ CudaModel* cuda_model_of(executor_i& exec) {
 std::unique_ptr<executor_i> make_cuda_executor(ModelSpec& m, uint64_t seed, const CudaExecutorOptions& e) {
   const AttentionKernel attention = e.attention == 1   ? AttentionKernel::Mma
                                     : e.attention == 2 ? AttentionKernel::Split
+                                    : e.attention == 3 ? AttentionKernel::MmaSplit
                                                        : AttentionKernel::Simt;
   const CudaModelOptions opt{.attention = attention,
                              .row_kernels = e.row_kernels == 2 ? RowKernels::V2 : RowKernels::V1,

@@ -326,9 +326,10 @@ void CudaModel::Impl::launch_step(int64_t T) {
         case AttentionKernel::Simt: paged_attention(args, r.stream); break;
         case AttentionKernel::Mma: paged_attention_mma(args, r.stream); break;
         case AttentionKernel::Split:
+        case AttentionKernel::MmaSplit:
           if (l == 0 && &r == &ranks[0])
             ++(attention_split_spreads(args) ? stats.split_spread_steps : stats.split_inblock_steps);
-          paged_attention_split(args, r.stream);
+          (opt.attention == AttentionKernel::Split ? paged_attention_split : paged_attention_mma_split)(args, r.stream);
           break;
       }
       r.gemm->run(r.attn.get(), T, r.heads * hd, L.wo.get(), h, r.partial.get(), r.stream);
@@ -399,7 +400,8 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
   if (!attention_supports_head_dim(m.head_dim()))
     throw InputError(fmt::format(
         "model '{}': head_dim {} is not supported by the CUDA attention kernel (32, 64 or 128)", m.name, m.head_dim()));
-  const int32_t group = m.heads / m.kv_heads, max_group = opt.attention == AttentionKernel::Mma ? 64 : 16;
+  const bool mma_tiles = opt.attention == AttentionKernel::Mma || opt.attention == AttentionKernel::MmaSplit;
+  const int32_t group = m.heads / m.kv_heads, max_group = mma_tiles ? 64 : 16;
   if (group > max_group)
     throw InputError(fmt::format("model '{}': {} query heads per KV head; the CUDA attention kernel takes at most {}",
                                  m.name, group, max_group));
@@ -412,8 +414,7 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
         fmt::format("an instance on GPUs {}..{} (tp {}): this machine has {} GPU(s); disaggregation.prefill.device and "
                     "decode.device choose an instance's first GPU",
                     opt.first_device, opt.first_device + tp - 1, tp, devices));
-  s.tile_tokens =
-      opt.attention == AttentionKernel::Mma ? attention_mma_tile_tokens(group) : attention_tile_tokens(group);
+  s.tile_tokens = mma_tiles ? attention_mma_tile_tokens(group) : attention_tile_tokens(group);
   s.ranks.resize(size_t(tp));
   const double kv_bytes = m.kv_bytes_per_token(2, tp) * double(num_blocks) * block_size;  // bf16, one rank
   const double weight_bytes = (m.linear_params() / tp + 2.0 * m.hidden * double(m.vocab)) * 2.0;
@@ -423,7 +424,7 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
   const double tokens = double(std::max(opt.max_step_tokens, max_seqs));
   // Split-KV attention spreads steps of up to 64 tokens (decode buckets) when their partials fit
   // 256 MB: [tokens * heads][max splits][head_dim + 2] fp32, so long contexts spread fewer tokens.
-  if (opt.attention == AttentionKernel::Split) {
+  if (opt.attention == AttentionKernel::Split || opt.attention == AttentionKernel::MmaSplit) {
     const int64_t max_positions = int64_t(s.table_width) * block_size;
     const int64_t per_token = attention_split_workspace_floats(m.heads / tp, int32_t(max_positions), m.head_dim());
     const int64_t spread_tokens = std::min<int64_t>({64, max_seqs, (int64_t{256} << 20) / 4 / per_token});
@@ -604,9 +605,11 @@ std::string CudaModel::describe() const {
     case AttentionKernel::Simt: out += "attention: simt (CUDA cores)\n"; break;
     case AttentionKernel::Mma: out += "attention: mma (tensor cores)\n"; break;
     case AttentionKernel::Split:
+    case AttentionKernel::MmaSplit:
       out += fmt::format(
-          "attention: split (split-KV on CUDA cores, {} keys per split; steps of up to {} tokens spread)\n",
-          attention_split_keys(),
+          "attention: {} (split-KV on {} cores, {} keys per split; steps of up to {} tokens spread)\n",
+          s.opt.attention == AttentionKernel::Split ? "split" : "mma_split",
+          s.opt.attention == AttentionKernel::Split ? "CUDA" : "tensor", attention_split_keys(),
           s.split_workspace_floats / std::max<int64_t>(1, attention_split_workspace_floats(
                                                               r.heads, s.table_width * s.block_size, int32_t(hd))));
       break;

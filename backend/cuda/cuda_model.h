@@ -16,9 +16,10 @@
 
 namespace tandem::cuda {
 
-// CUDA cores (fp32 Q and P), tensor cores (bf16 Q and P), or split-KV on the CUDA cores (fixed
-// splits of 64 keys folded in order; spread over the GPU for small steps): three functions.
-enum class AttentionKernel { Simt, Mma, Split };
+// CUDA cores (fp32 Q and P), tensor cores (bf16 Q and P), split-KV on the CUDA cores (fixed
+// splits of 64 keys folded in order; spread over the GPU for small steps), or split-KV on the
+// tensor cores: four functions.
+enum class AttentionKernel { Simt, Mma, Split, MmaSplit };
 
 struct CudaModelOptions {
   AttentionKernel attention = AttentionKernel::Simt;

@@ -89,6 +89,10 @@ int32_t attention_split_max_splits(int32_t max_positions);
 int64_t attention_split_workspace_floats(int64_t query_rows, int32_t max_positions, int32_t head_dim);
 bool attention_split_spreads(const AttentionArgs& a);  // which of the two ways a launch takes
 void paged_attention_split(const AttentionArgs& a, cudaStream_t s);
+// The same split-KV function's structure on the tensor cores (attention_mma_split.cu): per split,
+// S = Q K^T and P V by WMMA with bf16 Q and P, as paged_attention_mma; the mma kernel's tiles
+// (attention_mma_tile_tokens) and split's workspace and choice of way. A function of its own.
+void paged_attention_mma_split(const AttentionArgs& a, cudaStream_t s);
 
 // Y[T][N] = X[T][K] W[N][K]^T on the tensor cores (gemm_own.cu), bf16 operands, fp32
 // accumulation in ascending K: batch-invariant by construction. Deterministic mode's fallback
