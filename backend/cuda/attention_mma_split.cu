@@ -176,12 +176,11 @@ __global__ void __launch_bounds__(kThreads)
   const int g = int(blockIdx.y);
   const int64_t items = int64_t(n_tiles) * max_splits;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int split = int(item / n_tiles);
-    const AttentionTile tile = tiles[item % n_tiles];
-    if (tile.n == 0) continue;  // padding
+    int split;
+    AttentionTile tile;
+    if (!spread_item(item, n_tiles, tiles, split, tile)) continue;  // block-uniform
     const int last_pos = tile.pos0 + tile.n - 1;
-    if (split * kKeys > last_pos) continue;  // block-uniform
-    __syncthreads();                         // the previous item's tiles are consumed
+    __syncthreads();  // the previous item's tiles are consumed
     load_q_bf16<HD>(sm.q_s, qkv, qkv_stride, tile, g, group, tid);
     load_kv_tile<HD, kKeys, kThreads, L::kLd, L::kLd>(sm.k_s, sm.v_s, k_cache, v_cache,
                                                       block_tables + int64_t(tile.seq) * table_width, block_size,
@@ -229,9 +228,7 @@ void launch_mma_split(const AttentionArgs& a, const AttentionLaunch& l, cudaStre
   }
   allow_shared(mma_split_partials_kernel<HD>, bytes, partials_ok);
   const int32_t max_splits = attention_split_max_splits(a.max_positions);
-  const int64_t items = int64_t(a.n_tiles) * max_splits;
-  const int64_t per_head = std::max<int64_t>(1, (8 * int64_t(sm_count()) + a.kv_heads - 1) / a.kv_heads);
-  const dim3 grid{unsigned(std::min(items, per_head)), unsigned(a.kv_heads), 1u};
+  const dim3 grid = spread_grid(a, max_splits);
   mma_split_partials_kernel<HD><<<grid, kThreads, bytes, s>>>(
       a.qkv, a.qkv_stride, a.k_cache, a.v_cache, a.block_tables, a.table_width, a.block_size, a.tiles, a.n_tiles,
       max_splits, a.heads, a.kv_heads, l.group, l.scale, a.split_workspace);

@@ -61,8 +61,6 @@ __global__ void __launch_bounds__(kCombineThreads)
   }
 }
 
-// The spread way's grid: up to 8 blocks per SM in all, fixed by the launch's shape (not the
-// data), so a graph captured once serves every context length.
 inline int sm_count() {
   static const int n = [] {
     int device = 0, count = 0;
@@ -71,6 +69,25 @@ inline int sm_count() {
     return count;
   }();
   return n;
+}
+
+// The spread way's partials grid: (work items, KV heads), up to 8 blocks per SM in all. Fixed
+// by the launch's shape, not by the data, so a graph captured once serves every context
+// length up to max_positions; blocks stride over the n_tiles * max_splits items.
+inline dim3 spread_grid(const AttentionArgs& a, int32_t max_splits) {
+  const int64_t items = int64_t(a.n_tiles) * max_splits;
+  const int64_t per_head = (8 * int64_t(sm_count()) + a.kv_heads - 1) / a.kv_heads;
+  return dim3{unsigned(items < per_head ? items : (per_head > 0 ? per_head : 1)), unsigned(a.kv_heads), 1u};
+}
+
+// Work item `item` of the spread way: (split item / n_tiles, tile item % n_tiles), split first
+// so that the items that exist come first and spread over the blocks. False for an item with
+// nothing to do (a padding tile, or a split past the tile's last position): block-uniform.
+__device__ __forceinline__ bool spread_item(int64_t item, int32_t n_tiles, const AttentionTile* tiles, int& split,
+                                            AttentionTile& tile) {
+  split = int(item / n_tiles);
+  tile = tiles[item % n_tiles];
+  return tile.n != 0 && split * kSplitKeys <= tile.pos0 + tile.n - 1;
 }
 
 }  // namespace tandem::cuda::split_kv
