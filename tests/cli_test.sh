@@ -67,6 +67,11 @@ if [ "$cuda_build" = cuda ]; then
   expect 2 "calibrate: give --model PRESET \\(per-operator profile\\) or --workload" -- calibrate --backend cuda --out "$tmp/p.yaml"
 fi
 expect 2 "field 'engine.cuda_attention': unknown attention kernel 'flash' \\(known: simt, mma, split, mma_split\\)" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_attention=flash
+# The CUDA speed switches (#23): accepted, and written to the resolved YAML when not at their defaults.
+expect 0 "cuda_attention: mma_split" -- validate "$src/workloads/cuda_llama3_8b.yaml" --set engine.cuda_attention=mma_split
+expect 0 "cuda_row_kernels: v2" -- validate "$src/workloads/cuda_llama3_8b.yaml" --set engine.cuda_row_kernels=v2
+expect 0 "cuda_gemm: own" -- validate "$src/workloads/cuda_llama3_8b.yaml" --set engine.cuda_gemm=own
+expect 2 "field 'engine.cuda_gemm': unknown GEMM choice 'cutlass' \\(known: pinned, own\\)" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_gemm=cutlass
 expect 2 "field 'engine.cuda_graph': expected true or false" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_graph=sometimes
 expect 2 "--clock wall needs a real backend" -- run "$src/workloads/quickstart.yaml" --clock wall
 expect 2 "unknown command 'frobnicate'" -- frobnicate
