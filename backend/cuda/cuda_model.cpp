@@ -70,7 +70,7 @@ struct Rank {
   DeviceBuffer<float> x, qkv, gu, partial, logits;
   DeviceBuffer<bf16> xn, attn, act, last;
   DeviceBuffer<int32_t> meta, sampled;
-  DeviceBuffer<float> split_partials;  // split-KV attention's workspace (engine.cuda_attention: split)
+  DeviceBuffer<float> split_partials;  // split-KV attention's workspace (cuda_attention: split, mma_split)
 };
 
 struct Graph {
@@ -101,7 +101,7 @@ struct CudaModel::Impl {
   std::vector<KvIo> kv_io;
   CudaModelStats stats;
   int64_t n_tiles = 0, num_samples = 0;
-  int64_t split_workspace_floats = 0;  // per rank; 0 unless attention is Split
+  int64_t split_workspace_floats = 0;  // per rank; 0 unless attention is Split or MmaSplit
 
   ~Impl() {
     for (auto& [bucket, g] : graphs) (void)cudaGraphExecDestroy(g.exec);
