@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/transfer/kv_layout.h"
 #include "policies/plan.h"
 
 namespace tandem {
@@ -20,11 +21,12 @@ class cost_model_i {
 
 // A real backend's KV cache as whole blocks, for the channels of prefill/decode separation: they
 // read and write block contents here, never through the scheduler. The layout is the backend's
-// own, the same on both instances of one backend and tensor-parallel degree; the channel moves
-// it as bytes and checks only the size.
+// own, described by kv_layout(); a channel compares both sides' descriptors before it moves a
+// block, and re-lays blocks out where they differ only by tensor parallelism (kv_layout.h).
 class kv_store_i {
  public:
   virtual ~kv_store_i() = default;
+  virtual KvLayout kv_layout() const = 0;
   // Bytes of one block: every layer's K and V for block_size positions, over all ranks.
   virtual int64_t block_bytes() const = 0;
   virtual int32_t num_blocks() const = 0;

@@ -1,6 +1,7 @@
 #include "backend/specs.h"
 
 #include <array>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -25,6 +26,13 @@ std::string ModelSpec::tp_split_problem(int32_t tp) const {
   if (kv_heads % tp) return fmt::format("{} does not divide the model's KV heads ({})", tp, kv_heads);
   if (ffn % tp) return fmt::format("{} does not divide the model's ffn ({})", tp, ffn);
   return {};
+}
+
+int32_t ModelSpec::reduction_segments() const {
+  const int64_t g = std::gcd(std::gcd(int64_t(heads), int64_t(kv_heads)), int64_t(ffn));
+  int32_t s = 1;
+  while (s < 8 && g > 0 && g % (2 * s) == 0) s *= 2;
+  return s;
 }
 
 namespace {

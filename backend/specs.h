@@ -41,6 +41,12 @@ struct ModelSpec {
   // Why the model cannot be split over `tp` ranks (heads, KV heads and ffn must divide),
   // e.g. "4 does not divide the model's KV heads (6)"; empty when it can.
   std::string tp_split_problem(int32_t tp) const;
+  // The real backends' row-split reductions (attention output and MLP down projections) are cut
+  // into this many equal runs, summed as a pairwise tree: the largest power of two dividing
+  // heads, KV heads and ffn, at most 8. A TP degree that divides it computes the same bits as
+  // TP 1 (the CPU backend; cpu/kernels.h gemm_nt_segmented): tp_invariant().
+  int32_t reduction_segments() const;
+  bool tp_invariant(int32_t tp) const { return tp >= 1 && reduction_segments() % tp == 0; }
 };
 
 // A cost model fitted to measured steps (tandem calibrate): step time as a linear function

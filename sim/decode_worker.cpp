@@ -161,7 +161,8 @@ DecodeWorkerLink::DecodeWorkerLink(const Workload& w, const InstanceSpec& decode
   // disaggregation section (paths of this machine) goes over.
   Workload one = instance_workload(w, decode);
   one.disaggregation = DisaggregationSpec{};
-  link_->send(HelloMsg{kProtocolVersion, to_yaml(one)});
+  const KvLayout prefill_layout = prefill_kv->kv_layout();
+  link_->send(HelloMsg{kProtocolVersion, to_yaml(one), prefill_layout});
   // The worker answers once its model is built and warmed up: timeout_ms bounds that too (raise
   // it for a large model).
   const Frame f = link_->receive(timeout_);
@@ -174,11 +175,13 @@ DecodeWorkerLink::DecodeWorkerLink(const Workload& w, const InstanceSpec& decode
   if (f.type != MsgType::HelloOk)
     throw std::runtime_error(fmt::format("the decode worker at {} answered {} to Hello", peer_, msg_type_name(f.type)));
   const HelloOkMsg ok = decode_hello_ok(f.payload);
-  if (ok.block_bytes != prefill_kv->block_bytes() || ok.kv_blocks != decode.engine.resolved_kv_blocks)
+  // The worker compared the layouts already; checked here too, so that neither side trusts the other's word.
+  if (const KvLayoutCheck c = check_kv_layouts(prefill_layout, ok.decode_layout); c.match == KvLayoutMatch::Incompatible)
+    throw InputError(fmt::format("the decode worker at {}: {}", peer_, c.why));
+  if (ok.block_bytes != ok.decode_layout.block_bytes() || ok.kv_blocks != decode.engine.resolved_kv_blocks)
     throw InputError(fmt::format(
-        "the decode worker at {} holds {} KV blocks of {} bytes; this run expects {} blocks of {} bytes (same model, "
-        "block size and tp on both sides)",
-        peer_, ok.kv_blocks, ok.block_bytes, decode.engine.resolved_kv_blocks, prefill_kv->block_bytes()));
+        "the decode worker at {} holds {} KV blocks of {} bytes (its layout says {}); this run expects {} blocks",
+        peer_, ok.kv_blocks, ok.block_bytes, ok.decode_layout.block_bytes(), decode.engine.resolved_kv_blocks));
   executor_ = std::make_unique<RemoteExecutor>(*this, ok.backend + "@" + peer_);
   channel_ = std::make_unique<TcpChannel>(*this, *prefill_kv);
 }
@@ -341,8 +344,17 @@ int serve(TcpLink& link, const std::string& backend, const std::string& secret, 
     return 2;
   }
   kv_store_i& kv = *exec->kv_store();
+  // Before any block moves: the prefill side's blocks must be ones this pool can hold, as they
+  // are or re-laid out (another tensor-parallel split); anything else is refused naming both.
+  const KvLayout decode_layout = kv.kv_layout();
+  const KvLayoutCheck layouts = check_kv_layouts(hello.prefill_layout, decode_layout);
+  if (layouts.match == KvLayoutMatch::Incompatible) {
+    link.send(ErrorMsg{layouts.why});
+    std::cerr << "tandem worker: refused the decode instance: " << layouts.why << "\n";
+    return 2;
+  }
   link.set_max_payload(kDefaultMaxPayload);
-  link.send(HelloOkMsg{kv.num_blocks(), kv.block_bytes(), exec->name()});
+  link.send(HelloOkMsg{kv.num_blocks(), kv.block_bytes(), exec->name(), decode_layout});
   // Steps run on their own thread, one at a time in arrival order; KV pushes are written as they
   // arrive, beside a running step: the blocks a push fills belong to a request the scheduler
   // will not schedule before this push's KvAck, so no step reads them meanwhile, and a push
@@ -351,6 +363,7 @@ int serve(TcpLink& link, const std::string& backend, const std::string& secret, 
   std::condition_variable cv;
   std::deque<DecodedStep> steps;
   bool done = false;
+  std::vector<std::byte> relaid;  // a push re-laid out (prefill at another TP), reused
   std::thread stepper([&] {
     for (;;) {
       DecodedStep d;
@@ -399,8 +412,14 @@ int serve(TcpLink& link, const std::string& backend, const std::string& secret, 
         cv.notify_one();
       } else if (f.type == MsgType::KvPush) {
         const KvPushMsg m = decode_kv_push(f.payload);
-        check_kv_push(m, kv.num_blocks(), kv.block_bytes(), w.engine.block_size);
-        kv.write_blocks(m.dst_blocks, as_bytes(m.payload));
+        check_kv_push(m, kv.num_blocks(), hello.prefill_layout.block_bytes(), w.engine.block_size);
+        if (layouts.match == KvLayoutMatch::Relayout) {
+          relaid.resize(m.payload.size());
+          relayout_kv_blocks(hello.prefill_layout, decode_layout, as_bytes(m.payload), relaid);
+          kv.write_blocks(m.dst_blocks, relaid);
+        } else {
+          kv.write_blocks(m.dst_blocks, as_bytes(m.payload));
+        }
         link.send(KvAckMsg{m.ticket, true, {}});
       } else if (f.type == MsgType::Bye) {
         stop_stepper();  // the steps already taken are answered first

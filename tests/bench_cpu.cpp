@@ -141,6 +141,25 @@ int main(int argc, char** argv) {
     fmt::print("{:<26}{:>14.2f}{:>14.2f}{:>9.2f}x\n", fmt::format("{} x {} tok, ctx {}", seqs, n, ctx), a * 1e3,
                e * 1e3, a / e);
   }
+  // What TP-invariance costs: the row-split GEMMs (o and down) reduce over segments summed as a
+  // tree (gemm_nt_segmented) instead of one run over K. Both on the same data, interleaved.
+  const int32_t segs = m.reduction_segments();
+  fmt::print("\ncost of TP-invariance: the row-split GEMMs in {} segments vs one run over K\n", segs);
+  fmt::print("{:<34}{:>14}{:>14}{:>10}\n", "GEMM (T x K -> N)", "one run ms", "segmented ms", "ratio");
+  for (auto [T, K] : {std::pair<int64_t, int64_t>{1, m.heads * m.head_dim()}, {32, m.heads * m.head_dim()},
+                      {512, m.heads * m.head_dim()}, {1, m.ffn}, {32, m.ffn}, {512, m.ffn}}) {
+    const int64_t N = m.hidden;
+    auto X = randv(size_t(T * K), 5), W = randv(size_t(N * K), 6), Y = std::vector<float>(size_t(T * N));
+    std::vector<double> one, seg;
+    for (int r = 0; r < 3; ++r) {  // interleaved rounds: the machine's load falls on both alike
+      one.push_back(median_s([&] { gemm_nt(X.data(), T, K, W.data(), N, Y.data()); }, reps));
+      seg.push_back(median_s([&] { gemm_nt_segmented(X.data(), T, K, W.data(), N, Y.data(), segs); }, reps));
+    }
+    std::sort(one.begin(), one.end());
+    std::sort(seg.begin(), seg.end());
+    fmt::print("{:<34}{:>14.3f}{:>14.3f}{:>9.2f}x\n", fmt::format("{} x {} -> {}", T, K, N), one[1] * 1e3,
+               seg[1] * 1e3, seg[1] / one[1]);
+  }
   // Tensor parallelism on the same cores: TP=2 (two ranks, one thread each) against TP=1
   // (kernels on both threads).
   model.set_gemm_path(GemmPath::Invariant);

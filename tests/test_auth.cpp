@@ -83,7 +83,7 @@ TEST_CASE("the same secret authenticates both sides; the link carries on") {
                                                  [&] { authenticate_as_client(*p.client, "s3cret", 5s); });
   CHECK(server_err == "");
   CHECK(client_err == "");
-  p.client->send(HelloMsg{kProtocolVersion, "x: 1"});
+  p.client->send(HelloMsg{kProtocolVersion, "x: 1", {}});
   CHECK(decode_hello(p.server->receive(5s).payload).workload_yaml == "x: 1");
 }
 

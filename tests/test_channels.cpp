@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/transfer/channels.h"
+#include "core/error.h"
 
 using namespace tandem;
 
@@ -30,11 +31,20 @@ KvTransfer at(Time now, int32_t tokens, Duration last_step = 0) {
   return t;
 }
 
+// A layout of one layer, one slot, one KV head of head_dim fp8 values: blocks of 2 * head_dim bytes.
+KvLayout bytes_layout(int32_t head_dim, int32_t kv_heads = 1, int32_t tp = 1) {
+  return {.model = "m", .weights = "w", .dtype = "fp8", .block_size = 1, .layers = 1, .kv_heads = kv_heads,
+          .head_dim = head_dim, .tp = tp};
+}
+
 // A KV store in memory: block b holds bytes [b * block_bytes, (b + 1) * block_bytes).
 struct MemKv final : kv_store_i {
+  KvLayout layout;
   int64_t bytes_per_block;
   std::vector<std::byte> data;
-  MemKv(int32_t blocks, int64_t bb) : bytes_per_block(bb), data(size_t(blocks * bb)) {}
+  MemKv(int32_t blocks, const KvLayout& l)
+      : layout(l), bytes_per_block(l.block_bytes()), data(size_t(blocks * bytes_per_block)) {}
+  KvLayout kv_layout() const override { return layout; }
   int64_t block_bytes() const override { return bytes_per_block; }
   int32_t num_blocks() const override { return int32_t(data.size() / size_t(bytes_per_block)); }
   void read_blocks(std::span<const int32_t> blocks, std::span<std::byte> out) override {
@@ -87,7 +97,7 @@ TEST_CASE("sim channel: layer-wise, up to (layers - 1) / layers of the last pref
 }
 
 TEST_CASE("copy channel: the blocks' bytes land in the destination blocks; sizes must agree") {
-  MemKv p(8, 4), d(8, 4);
+  MemKv p(8, bytes_layout(2)), d(8, bytes_layout(2));
   for (size_t i = 0; i < p.data.size(); ++i) p.data[i] = std::byte(i + 1);
   CopyChannel ch(p, d);
   const std::vector<int32_t> src{5, 2}, dst{0, 7};
@@ -103,6 +113,46 @@ TEST_CASE("copy channel: the blocks' bytes land in the destination blocks; sizes
   const std::vector<int32_t> one{1};
   t.dst_blocks = one;
   CHECK_FALSE(ch.start(t).ok);  // 2 source blocks for 1 destination block
-  MemKv other(8, 6);
-  CHECK_THROWS_AS(CopyChannel(p, other), std::invalid_argument);
+  CHECK_FALSE(ch.relayouts());
+  MemKv other(8, bytes_layout(3));
+  CHECK_THROWS_WITH_AS(CopyChannel(p, other),
+                       doctest::Contains("copy channel: the KV blocks differ in head size (prefill: m, weights w, fp8"),
+                       InputError);
+}
+
+TEST_CASE("copy channel: the layouts are compared before any block moves; a TP difference is re-laid out") {
+  // 4 KV heads of 2 values, one layer, one slot: a block is K then V per rank. Prefill at TP 2,
+  // decode at TP 1: the decode block reads K(h0..h3) V(h0..h3) where the prefill block holds
+  // rank 0's K(h0 h1) V(h0 h1), then rank 1's K(h2 h3) V(h2 h3).
+  MemKv p(2, bytes_layout(2, 4, 2)), d(2, bytes_layout(2, 4, 1));
+  for (size_t i = 0; i < p.data.size(); ++i) p.data[i] = std::byte(i);
+  CopyChannel ch(p, d);
+  CHECK(ch.relayouts());
+  const std::vector<int32_t> src{1}, dst{0};
+  KvTransfer t = at(0, 1);
+  t.src_blocks = src;
+  t.dst_blocks = dst;
+  CHECK(ch.start(t).ok);
+  // Prefill block 1 (bytes 16..31): rank 0 K h0 h1 = 16-19, V h0 h1 = 20-23; rank 1 K h2 h3 = 24-27, V = 28-31.
+  const std::vector<int> want{16, 17, 18, 19, 24, 25, 26, 27, 20, 21, 22, 23, 28, 29, 30, 31};
+  for (size_t i = 0; i < want.size(); ++i) CHECK_MESSAGE(int(d.data[i]) == want[i], "byte ", i);
+  // Each field that tells what the KV is, changed alone, is refused naming it.
+  const auto refused = [&](KvLayout l, const char* what) {
+    MemKv q(2, l);
+    const std::string want = std::string("differ in ") + what;
+    CHECK_THROWS_WITH_AS(CopyChannel(p, q), doctest::Contains(want.c_str()), InputError);
+  };
+  KvLayout l = bytes_layout(2, 4, 1);
+  l.model = "other";
+  refused(l, "model");
+  l = bytes_layout(2, 4, 1);
+  l.weights = "other";
+  refused(l, "weights");
+  l = bytes_layout(2, 4, 1);
+  l.dtype = "bf16";  // twice the bytes, but the dtype is what is named
+  refused(l, "dtype");
+  l = bytes_layout(2, 4, 1);
+  l.order = "block>layer>rank";
+  refused(l, "block order");
+  refused(bytes_layout(2, 2, 1), "KV heads");
 }

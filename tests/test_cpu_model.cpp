@@ -162,8 +162,9 @@ ModelSpec tp_model() {  // divisible by 4 ranks: 8 heads, 4 KV heads, ffn 344
 }
 }  // namespace
 
-TEST_CASE("tensor parallelism: logits at TP 2 and 4 match TP 1 within fp32 tolerance (not bit for bit)") {
+TEST_CASE("tensor parallelism is invariant: logits at TP 2 and 4 are TP 1's bit for bit") {
   const ModelSpec m = tp_model();
+  REQUIRE(m.reduction_segments() == 4);
   Rng rng(12);
   const std::vector<Token> p = random_tokens(rng, 90, m.vocab);
   Harness one(m);
@@ -173,9 +174,52 @@ TEST_CASE("tensor parallelism: logits at TP 2 and 4 match TP 1 within fp32 toler
     Harness h(m, 512, 16, tp);
     Seq s{p, {}, 0};
     const auto got = h.step({{&s, 90}})[0];
-    CHECK_MESSAGE(rel_norm(got, ref) < 1e-5, "tp ", tp, " rel ", rel_norm(got, ref));
-    CHECK_FALSE(bit_equal(got, ref));  // o and down projections sum over ranks in another order
+    CHECK_MESSAGE(bit_equal(got, ref), "tp ", tp, " rel ", rel_norm(got, ref));
   }
+}
+
+TEST_CASE("a TP degree that does not divide the reduction segments is a valid split, not invariant") {
+  // 12 heads, 6 KV heads, ffn 342 = 2 x 171: gcd 6, so 2 segments: TP 2 is TP 1's bits, TP 3 is not.
+  const ModelSpec m = small_model({.heads = 12, .kv_heads = 6, .hidden = 192, .ffn = 342});
+  REQUIRE(m.reduction_segments() == 2);
+  CHECK(m.tp_invariant(2));
+  CHECK_FALSE(m.tp_invariant(3));
+  Rng rng(14);
+  const std::vector<Token> p = random_tokens(rng, 40, m.vocab);
+  Harness one(m);
+  Seq s1{p, {}, 0};
+  const auto ref = one.step({{&s1, 40}})[0];
+  Harness two(m, 512, 16, 2), three(m, 512, 16, 3);
+  Seq s2{p, {}, 0}, s3{p, {}, 0};
+  CHECK(bit_equal(two.step({{&s2, 40}})[0], ref));
+  const auto got = three.step({{&s3, 40}})[0];
+  CHECK(rel_norm(got, ref) < 1e-5);
+  CHECK_FALSE(bit_equal(got, ref));  // its ranks' slices are not subtrees of the reduction
+}
+
+TEST_CASE("gemm_nt_segmented: each element is the tree of its segments' fixed-order dots, whatever the rows") {
+  Rng rng(15);
+  const int64_t T = 5, K = 8 * 43, N = 7;  // segments of 86 (a tail of 6 lanes each), a ragged N
+  std::vector<float> X(size_t(T * K)), W(size_t(N * K));
+  for (float& x : X) x = float(rng.uniform() - 0.5);
+  for (float& w : W) w = float(rng.uniform() - 0.5);
+  for (int32_t segs : {1, 2, 4, 8}) {
+    if (K % segs) continue;
+    std::vector<float> Y(size_t(T * N)), one(static_cast<size_t>(N));
+    gemm_nt_segmented(X.data(), T, K, W.data(), N, Y.data(), segs);
+    for (int64_t t = 0; t < T; ++t) {
+      gemm_nt_segmented(&X[size_t(t * K)], 1, K, W.data(), N, one.data(), segs);  // the row alone
+      for (int64_t n = 0; n < N; ++n) {
+        float parts[8];
+        for (int32_t s = 0; s < segs; ++s) parts[s] = dot(&X[size_t(t * K + s * K / segs)], &W[size_t(n * K + s * K / segs)], K / segs);
+        const float want = tree_sum(parts, segs);
+        CHECK_MESSAGE(std::memcmp(&Y[size_t(t * N + n)], &want, 4) == 0, "segments ", segs, " t ", t, " n ", n);
+        CHECK(std::memcmp(&one[size_t(n)], &want, 4) == 0);
+      }
+    }
+  }
+  float v[5] = {1e8f, 1.0f, -1e8f, 1.0f, 3.0f};  // ((1e8 + 1) + (-1e8 + 1)) + 3: the pairs first
+  CHECK(tree_sum(v, 5) == (float(1e8f + 1.0f) + float(-1e8f + 1.0f)) + 3.0f);
 }
 
 TEST_CASE("tensor parallelism keeps the contract: chunked == at once, alone == batched, at TP 2") {

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_executor.h"
 #include "sim/engine.h"
+#include "backend/transfer/channels.h"
 #include "sim/executors.h"
 #include "tests/golden.h"
 #include "tests/test_helpers.h"
@@ -126,6 +127,19 @@ TEST_CASE("golden x TP (CPU, in-process ranks): static vs continuous token-ident
     const std::string d2 =
         first_divergence(base, golden_outputs(wl, {kNoChunking, {"engine.tp", tp}, {"engine.max_num_seqs", "2"}}));
     CHECK_MESSAGE(d2.empty(), "tp ", tp, ", continuous 2 seats: ", d2);
+  }
+}
+
+// The CPU backend's row-split reductions are TP-invariant (backend/cpu/llama.h): the tiny
+// model's 4 segments make TP 1, 2 and 4 one function, which is what lets prefill and decode run
+// at different TP (stage 4) and still give colocated tokens.
+TEST_CASE("golden x TP: TP 1, 2 and 4 give the same tokens (TP-invariant reductions)") {
+  const std::string wl = source_path("workloads/golden_small.yaml");
+  REQUIRE(load_workload(wl, {}).model.reduction_segments() == 4);
+  const auto base = golden_outputs(wl, {kNoChunking});
+  for (const std::string tp : {"2", "4"}) {
+    const std::string d = first_divergence(base, golden_outputs(wl, {kNoChunking, {"engine.tp", tp}}));
+    CHECK_MESSAGE(d.empty(), "tp ", tp, " vs tp 1: ", d);
   }
 }
 
@@ -305,6 +319,69 @@ TEST_CASE(
               " evictions; identical");
     }
   }
+}
+
+TEST_CASE(
+    "golden (stage 4): prefill and decode at different TP (1, 2, 4 each) over the copy channel give colocated TP 1's "
+    "tokens; the blocks are re-laid out exactly when the TPs differ") {
+  const std::string wl = source_path("workloads/golden_prefix.yaml");
+  const CpuRun base = run_on_cpu(wl, {kNoChunking, {"engine.enable_prefix_caching", "false"}});
+  for (const std::string p_tp : {"1", "2", "4"})
+    for (const std::string d_tp : {"1", "2", "4"}) {
+      CAPTURE(p_tp);
+      CAPTURE(d_tp);
+      // Chunked at 61 with prefix hits on P: the moved blocks hold computed and cached KV alike.
+      Workload w = load_workload(wl, {{"engine.max_num_batched_tokens", "61"},
+                                      {"disaggregation.enabled", "true"},
+                                      {"disaggregation.channel.kind", "copy"},
+                                      {"disaggregation.prefill.tp", p_tp},
+                                      {"disaggregation.decode.tp", d_tp}});
+      RunExecutors exec = make_run_executors(w, "cpu");
+      const auto* copy = dynamic_cast<const CopyChannel*>(exec.channel);
+      REQUIRE(copy);
+      CHECK(copy->relayouts() == (p_tp != d_tp));
+      VirtualClock clock;
+      Engine e(w, generate_requests(w), exec.executors, clock, exec.channel);
+      const Summary s = e.run();
+      for (const Request& r : e.requests())
+        REQUIRE_MESSAGE(r.status == RequestStatus::Finished, "request ", r.id, " ended ", to_string(r.status));
+      const std::string d = first_divergence(base.outputs, e.outputs());
+      CHECK_MESSAGE(d.empty(), "P tp ", p_tp, ", D tp ", d_tp, ": ", d);
+      int64_t multi = 0;
+      for (const Request& r : e.requests()) multi += r.max_output > 1;
+      CHECK(s.disaggregation.delivered == multi);
+      CHECK(s.disaggregation.delivered > 0);
+      CHECK(s.prefix_hit_tokens > 0);
+      MESSAGE("P tp ", p_tp, ", D tp ", d_tp, ": ", s.disaggregation.delivered, " transfers",
+              std::string(copy->relayouts() ? " re-laid out" : ""), ", ", s.prefix_hit_tokens, " prompt tokens hit; identical");
+    }
+}
+
+TEST_CASE("mutation: blocks moved between TPs without the re-layout give other tokens (the check above can fail)") {
+  // The copy channel's re-layout switched off by hand: what the descriptors prevent.
+  const std::string wl = source_path("workloads/golden_prefix.yaml");
+  const CpuRun base = run_on_cpu(wl, {kNoChunking, {"engine.enable_prefix_caching", "false"}});
+  Workload w = load_workload(wl, {kNoChunking,
+                                  {"disaggregation.enabled", "true"},
+                                  {"disaggregation.channel.kind", "copy"},
+                                  {"disaggregation.decode.tp", "2"}});
+  RunExecutors exec = make_run_executors(w, "cpu");
+  struct RawBytes final : kv_channel_i {  // moves the bytes as they are, as before the descriptors
+    kv_store_i &from, &to;
+    RawBytes(kv_store_i& f, kv_store_i& t) : from(f), to(t) {}
+    std::string name() const override { return "raw"; }
+    bool abort(uint64_t) override { return true; }
+    TransferStart start(const KvTransfer& t) override {
+      std::vector<std::byte> buf(t.src_blocks.size() * size_t(from.block_bytes()));
+      from.read_blocks(t.src_blocks, buf);
+      to.write_blocks(t.dst_blocks, buf);
+      return {.async = false, .ok = true, .elapsed = 0, .bytes = int64_t(buf.size()), .error = {}};
+    }
+  } raw(*exec.executors[0]->kv_store(), *exec.executors[1]->kv_store());
+  VirtualClock clock;
+  Engine e(w, generate_requests(w), exec.executors, clock, &raw);
+  e.run();
+  CHECK_FALSE(first_divergence(base.outputs, e.outputs()).empty());
 }
 
 TEST_CASE("the comparison names the first diverging request and position") {

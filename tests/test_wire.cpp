@@ -74,8 +74,10 @@ struct Sample {
 // truncation and trailing-byte cases run over each, and they are the fuzz target's seeds.
 std::vector<Sample> samples() {
   std::vector<Sample> s;
-  s.push_back({"hello", MsgType::Hello, encode(HelloMsg{kProtocolVersion, "model: tiny\nrequests: 4\n"})});
-  s.push_back({"hello_ok", MsgType::HelloOk, encode(HelloOkMsg{64, 4096, "cpu"})});
+  const KvLayout layout{.model = "tiny (4 layers)", .weights = "fp32 values #0123456789abcdef", .dtype = "fp32",
+                        .block_size = 16, .layers = 4, .kv_heads = 4, .head_dim = 32, .tp = 2};
+  s.push_back({"hello", MsgType::Hello, encode(HelloMsg{kProtocolVersion, "model: tiny\nrequests: 4\n", layout})});
+  s.push_back({"hello_ok", MsgType::HelloOk, encode(HelloOkMsg{64, 4096, "cpu", layout})});
   ChallengeMsg c;
   for (size_t i = 0; i < c.nonce.size(); ++i) c.nonce[i] = uint8_t(i * 7 + 1);
   s.push_back({"challenge", MsgType::Challenge, encode(c)});
@@ -137,9 +139,11 @@ TEST_CASE("WireWriter writes little-endian; WireReader reads it back") {
 }
 
 TEST_CASE("every message round-trips") {
-  const HelloMsg hello{kProtocolVersion, std::string(1000, 'y')};
+  const KvLayout layout{.model = "m", .weights = "w", .dtype = "bf16", .block_size = 16, .layers = 32, .kv_heads = 8,
+                        .head_dim = 128, .tp = 4, .order = "x"};
+  const HelloMsg hello{kProtocolVersion, std::string(1000, 'y'), layout};
   CHECK(decode_hello(encode(hello)) == hello);
-  const HelloOkMsg ok{1 << 20, int64_t{3} << 33, "cuda"};
+  const HelloOkMsg ok{1 << 20, int64_t{3} << 33, "cuda", layout};
   CHECK(decode_hello_ok(encode(ok)) == ok);
   ChallengeMsg c;
   c.nonce[0] = 1;
@@ -271,7 +275,7 @@ TEST_CASE("lengths over their field's maximum or over the bytes left are refused
   CHECK(wire_error([&] { (void)decode_kv_push(w3.buffer()); }).find("KvPush.payload: length 9223372036854775808") == 0);
 
   WireWriter h;
-  h.u32(1);
+  h.u32(kProtocolVersion);
   h.u64(kMaxWorkloadYaml + 1);
   CHECK(wire_error([&] { (void)decode_hello(h.buffer()); }).find("Hello.workload_yaml: length 16777217 exceeds") == 0);
 

@@ -15,8 +15,10 @@ class communicator_i {
 };
 
 namespace cpu {
-// In-process ranks on the CPU: sums in rank order 0, 1, ..., N-1 for every element, so a
-// run is deterministic whatever the thread timing.
+// In-process ranks on the CPU: every element is the pairwise tree_sum of the ranks' values in
+// rank order ((r0 + r1) + (r2 + r3)), so a run is deterministic whatever the thread timing, and
+// the upper levels of the segmented row-split GEMM's tree (kernels.h gemm_nt_segmented): the
+// reduction of TP 1 done by TP ranks.
 class InProcessCommunicator final : public communicator_i {
  public:
   explicit InProcessCommunicator(int n) : n_(n) {}

@@ -18,6 +18,7 @@ class CpuExecutor final : public executor_i, public kv_store_i {
   bool simulated() const override { return false; }
   LlamaModel& model() { return model_; }
   kv_store_i* kv_store() override { return this; }
+  KvLayout kv_layout() const override { return model_.kv_layout(); }
   int64_t block_bytes() const override { return model_.kv_block_bytes(); }
   int32_t num_blocks() const override { return model_.kv_num_blocks(); }
   void read_blocks(std::span<const int32_t> blocks, std::span<std::byte> out) override {

@@ -5,6 +5,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -80,9 +81,40 @@ namespace {
 // Strides: X rows ldx apart, W rows ldw apart, Y rows ldy apart.
 void gemm_tile(const float* X, int64_t ldx, int64_t T, int64_t K, const float* W, int64_t ldw, int64_t N, float* Y,
                int64_t ldy, int64_t tile);
+// The same tile with K in `segments` equal runs: each run's fixed-order dot, then tree_sum.
+void gemm_tile_segmented(const float* X, int64_t ldx, int64_t T, int64_t K, const float* W, int64_t ldw, int64_t N,
+                         float* Y, int64_t ldy, int64_t tile, int32_t segments);
 }  // namespace
 
+float tree_sum(float* v, int64_t n) {
+  if (n <= 0) return 0.0f;
+  // Level by level, neighbours pairwise; an odd last one moves up alone. For n a power of two
+  // this is the balanced tree whose subtrees are aligned runs of 2^j leaves, which is what makes
+  // a rank's share of the leaves (tensor parallelism) a subtree.
+  while (n > 1) {
+    const int64_t half = n / 2;
+    for (int64_t i = 0; i < half; ++i) v[i] = v[2 * i] + v[2 * i + 1];
+    if (n % 2) v[half] = v[n - 1];
+    n = half + n % 2;
+  }
+  return v[0];
+}
+
+float segmented_dot(const float* a, const float* b, int64_t n, int32_t segments) {
+  if (segments <= 1) return dot(a, b, n);
+  float v[kMaxReductionSegments];
+  const int64_t len = n / segments;
+  for (int32_t s = 0; s < segments; ++s) v[s] = dot(a + s * len, b + s * len, len);
+  return tree_sum(v, segments);
+}
+
 void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y) {
+  gemm_nt_segmented(X, T, K, W, N, Y, 1);
+}
+
+void gemm_nt_segmented(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int32_t segments) {
+  if (segments < 1 || segments > kMaxReductionSegments || K % segments != 0)
+    throw std::invalid_argument("gemm_nt_segmented: segments must be in [1, 8] and divide K");
   const int64_t n_tiles = (N + 3) / 4;
   // Rows of X in blocks that stay in L2 (about 1 MB) while every W tile passes over them;
   // tiles of 4 outputs x 2 rows share loads. Every element still sees exactly the fma8
@@ -92,7 +124,12 @@ void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, fl
   for (int64_t t0 = 0; t0 < T; t0 += rows) {
     const int64_t tb = std::min(rows, T - t0);
 #pragma omp for schedule(static)
-    for (int64_t tile = 0; tile < n_tiles; ++tile) gemm_tile(X + t0 * K, K, tb, K, W, K, N, Y + t0 * N, N, tile);
+    for (int64_t tile = 0; tile < n_tiles; ++tile) {
+      if (segments == 1)
+        gemm_tile(X + t0 * K, K, tb, K, W, K, N, Y + t0 * N, N, tile);
+      else
+        gemm_tile_segmented(X + t0 * K, K, tb, K, W, K, N, Y + t0 * N, N, tile, segments);
+    }
   }
 }
 
@@ -156,6 +193,71 @@ void gemm_tile(const float* X, int64_t ldx, int64_t T, int64_t K, const float* W
       y0[2] = finish(a2, x0, w2, k8, K);
       y0[3] = finish(a3, x0, w3, k8, K);
     }
+  }
+}
+
+void gemm_tile_segmented(const float* X, int64_t ldx, int64_t T, int64_t K, const float* W, int64_t ldw, int64_t N,
+                         float* Y, int64_t ldy, int64_t tile, int32_t segments) {
+  const int64_t len = K / segments, len8 = len / 8 * 8;
+  const int64_t n0 = tile * 4;
+  if (n0 + 4 > N) {  // ragged edge: plain segmented dots
+    for (int64_t n = n0; n < N; ++n)
+      for (int64_t t = 0; t < T; ++t) Y[t * ldy + n] = segmented_dot(X + t * ldx, W + n * ldw, K, segments);
+    return;
+  }
+  // v[j][s]: output j of the tile (row-major 2 x 4), segment s.
+  float v[8][kMaxReductionSegments];
+  int64_t t = 0;
+  for (; t + 2 <= T; t += 2) {
+    for (int32_t s = 0; s < segments; ++s) {
+      const int64_t k0 = s * len;
+      const float* x0 = X + t * ldx + k0;
+      const float* x1 = x0 + ldx;
+      const float* w0 = W + n0 * ldw + k0;
+      const float *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
+      Acc a00 = acc_zero(), a01 = acc_zero(), a02 = acc_zero(), a03 = acc_zero();
+      Acc a10 = acc_zero(), a11 = acc_zero(), a12 = acc_zero(), a13 = acc_zero();
+      for (int64_t k = 0; k < len8; k += 8) {
+        a00 = fma8(x0 + k, w0 + k, a00);
+        a01 = fma8(x0 + k, w1 + k, a01);
+        a02 = fma8(x0 + k, w2 + k, a02);
+        a03 = fma8(x0 + k, w3 + k, a03);
+        a10 = fma8(x1 + k, w0 + k, a10);
+        a11 = fma8(x1 + k, w1 + k, a11);
+        a12 = fma8(x1 + k, w2 + k, a12);
+        a13 = fma8(x1 + k, w3 + k, a13);
+      }
+      v[0][s] = finish(a00, x0, w0, len8, len);
+      v[1][s] = finish(a01, x0, w1, len8, len);
+      v[2][s] = finish(a02, x0, w2, len8, len);
+      v[3][s] = finish(a03, x0, w3, len8, len);
+      v[4][s] = finish(a10, x1, w0, len8, len);
+      v[5][s] = finish(a11, x1, w1, len8, len);
+      v[6][s] = finish(a12, x1, w2, len8, len);
+      v[7][s] = finish(a13, x1, w3, len8, len);
+    }
+    for (int64_t r = 0; r < 2; ++r)
+      for (int j = 0; j < 4; ++j) Y[(t + r) * ldy + n0 + j] = tree_sum(v[r * 4 + j], segments);
+  }
+  for (; t < T; ++t) {  // the last row of an odd count (and decode's single row)
+    for (int32_t s = 0; s < segments; ++s) {
+      const int64_t k0 = s * len;
+      const float* x0 = X + t * ldx + k0;
+      const float* w0 = W + n0 * ldw + k0;
+      const float *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
+      Acc a0 = acc_zero(), a1 = acc_zero(), a2 = acc_zero(), a3 = acc_zero();
+      for (int64_t k = 0; k < len8; k += 8) {
+        a0 = fma8(x0 + k, w0 + k, a0);
+        a1 = fma8(x0 + k, w1 + k, a1);
+        a2 = fma8(x0 + k, w2 + k, a2);
+        a3 = fma8(x0 + k, w3 + k, a3);
+      }
+      v[0][s] = finish(a0, x0, w0, len8, len);
+      v[1][s] = finish(a1, x0, w1, len8, len);
+      v[2][s] = finish(a2, x0, w2, len8, len);
+      v[3][s] = finish(a3, x0, w3, len8, len);
+    }
+    for (int j = 0; j < 4; ++j) Y[t * ldy + n0 + j] = tree_sum(v[j], segments);
   }
 }
 }  // namespace

@@ -11,6 +11,17 @@ namespace tandem::cpu {
 // Y[t][n] = sum_k X[t][k] * W[n][k]   (X: T x K row-major, W: N x K row-major, Y: T x N)
 // Batch-invariant: Y[t][n] is bit-identical for any T and any other rows of X.
 void gemm_nt(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y);
+// The most segments a reduction is split into (tensor parallelism up to 8 ranks).
+constexpr int32_t kMaxReductionSegments = 8;
+// gemm_nt with K cut into `segments` equal runs (1-8, dividing K): each element is the pairwise
+// tree_sum of the runs' fixed-order dots. A row-split GEMM of tensor parallelism computes a
+// subtree of that tree on each rank and the all-reduce the rest, so every TP degree that divides
+// `segments` gives the same bits (see LlamaModel). Batch-invariant as gemm_nt.
+void gemm_nt_segmented(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y, int32_t segments);
+// The dot of gemm_nt_segmented for one element.
+float segmented_dot(const float* a, const float* b, int64_t n, int32_t segments);
+// Sums v[0..n) pairwise, level by level (v is overwritten): ((v0 + v1) + (v2 + v3)) + ...
+float tree_sum(float* v, int64_t n);
 // The same product through Eigen's GEMM (blocking depends on the shapes, so not invariant).
 // Used to measure what the numerics contract costs.
 void gemm_nt_eigen(const float* X, int64_t T, int64_t K, const float* W, int64_t N, float* Y);

@@ -1,6 +1,7 @@
 #include "backend/cpu/llama.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <unistd.h>
 #include <algorithm>
@@ -63,6 +64,25 @@ LlamaWeights dummy_weights(const ModelSpec& m, uint64_t seed) {
   w.final_norm.assign(h, 1.0f);
   w.lm_head = m.tie_embeddings ? w.embed : random_tensor(V * h, seed, id++, fan(h));
   return w;
+}
+
+std::string weights_fingerprint(const LlamaWeights& w) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  const auto tensor = [&](const std::vector<float>& t) {
+    const uint64_t n = t.size();
+    XXH3_64bits_update(st, &n, sizeof n);
+    const size_t stride = std::max<size_t>(1, t.size() / 4096);
+    for (size_t i = 0; i < t.size(); i += stride) XXH3_64bits_update(st, &t[i], sizeof(float));
+  };
+  tensor(w.embed);
+  for (const LlamaLayer& L : w.layers)
+    for (const auto* t : {&L.attn_norm, &L.wqkv, &L.wo, &L.mlp_norm, &L.w_gate_up, &L.w_down}) tensor(*t);
+  tensor(w.final_norm);
+  tensor(w.lm_head);
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return fmt::format("fp32 values #{:016x}", h);
 }
 
 LlamaWeights load_checkpoint(const std::string& folder, ModelSpec& m) {
@@ -136,23 +156,20 @@ std::vector<float> cols_of(const std::vector<float>& w, int64_t rows, int64_t co
 }  // namespace
 
 LlamaModel::LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size, int32_t tp)
-    : m_(m), w_(std::move(w)), comm_(tp) {
+    : m_(m), weights_id_(weights_fingerprint(w)), w_(std::move(w)), comm_(tp) {
   if (const std::string problem = m.tp_split_problem(tp); !problem.empty())
     throw std::invalid_argument(fmt::format("tensor parallelism: {}", problem));
   const int64_t h = m.hidden, hd = m.head_dim(), H = m.heads, KV = m.kv_heads, F = m.ffn;
   const int64_t Hs = H / tp, KVs = KV / tp, Fs = F / tp;
+  // A rank's share of the row-split reductions' segments: the subtree it computes. A TP degree
+  // that does not divide them (not TP-invariant) sums its own slice at once.
+  const int32_t segments = m.tp_invariant(tp) ? m.reduction_segments() / tp : 1;
   for (int32_t r = 0; r < tp; ++r) {
-    Shard sh{int32_t(Hs),
-             int32_t(KVs),
-             int32_t(Fs),
-             {},
-             PagedKvStore(m.layers, int32_t(KVs), int32_t(hd), num_blocks, block_size),
-             {},
-             {},
-             {},
-             {},
-             {},
-             {}};
+    Shard sh{.heads = int32_t(Hs),
+             .kv_heads = int32_t(KVs),
+             .ffn = int32_t(Fs),
+             .segments = segments,
+             .kv = PagedKvStore(m.layers, int32_t(KVs), int32_t(hd), num_blocks, block_size)};
     for (LlamaLayer& L : w_.layers) {
       LlamaLayer S;
       if (tp == 1) {  // the whole model is the one shard: move, don't copy
@@ -180,9 +197,10 @@ LlamaModel::LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, i
   rope_tables(m, rope_cos_, rope_sin_, rope_positions(m, num_blocks, block_size));
 }
 
-void LlamaModel::gemm(const float* x, int64_t t, int64_t k, const std::vector<float>& w, int64_t n, float* y) const {
+void LlamaModel::gemm(const float* x, int64_t t, int64_t k, const std::vector<float>& w, int64_t n, float* y,
+                      int32_t segments) const {
   if (gemm_path_ == GemmPath::Invariant)
-    gemm_nt(x, t, k, w.data(), n, y);
+    gemm_nt_segmented(x, t, k, w.data(), n, y, segments);
   else
     gemm_nt_eigen(x, t, k, w.data(), n, y);
 }
@@ -200,7 +218,7 @@ void LlamaModel::each_rank(F&& f) {
   for (size_t r = 0; r < shards_.size(); ++r) f(shards_[r]);
 }
 
-// x += all-reduce(partials): the communicator sums in rank order.
+// x += all-reduce(partials): the communicator sums the ranks' subtrees as the top of the tree.
 void LlamaModel::add_reduced_partials(int64_t n) {
   if (shards_.size() > 1) {
     std::vector<float*> bufs;
@@ -337,7 +355,7 @@ void LlamaModel::attention_block(Shard& sh, int32_t l, const StepPlan& plan, int
     std::copy_n(row + (H + KV) * hd, KV * hd, sh.kv.v(l, block, slot));
   }
   attention(sh, l, plan, sh.qkv.data(), sh.attn.data());
-  gemm(sh.attn.data(), T, H * hd, L.wo, h, sh.partial.data());
+  gemm(sh.attn.data(), T, H * hd, L.wo, h, sh.partial.data(), sh.segments);
 }
 
 void LlamaModel::mlp_block(Shard& sh, int32_t l, int64_t T) {
@@ -355,7 +373,7 @@ void LlamaModel::mlp_block(Shard& sh, int32_t l, int64_t T) {
     exp_inplace(a, f);  // SiLU(g) = g / (1 + exp(-g))
     for (int64_t i = 0; i < f; ++i) a[i] = g[i] / (1.0f + a[i]) * u[i];
   }
-  gemm(sh.act.data(), T, f, L.w_down, h, sh.partial.data());
+  gemm(sh.act.data(), T, f, L.w_down, h, sh.partial.data(), sh.segments);
 }
 
 void LlamaModel::forward(const StepPlan& plan, std::span<const Token> tokens, std::vector<Token>& sampled,
@@ -412,6 +430,10 @@ void LlamaModel::forward(const StepPlan& plan, std::span<const Token> tokens, st
   if (logits) logits->assign(logits_.begin(), logits_.end());
 }
 
+KvLayout LlamaModel::kv_layout() const {
+  return llama_kv_layout(m_, weights_id_, "fp32", shards_[0].kv.block_size(), tp());
+}
+
 int64_t LlamaModel::kv_block_bytes() const {
   int64_t floats = 0;
   for (const Shard& sh : shards_) floats += 2 * int64_t(m_.layers) * int64_t(sh.kv.block_floats());
@@ -436,7 +458,8 @@ void LlamaModel::read_kv_blocks(std::span<const int32_t> blocks, std::span<std::
   if (int64_t(out.size()) != int64_t(blocks.size()) * kv_block_bytes())
     throw std::invalid_argument("read_kv_blocks: buffer size is not blocks * block bytes");
   for (int32_t b : blocks)
-    if (b < 0 || b >= kv_num_blocks()) throw std::invalid_argument(fmt::format("read_kv_blocks: block {} out of range", b));
+    if (b < 0 || b >= kv_num_blocks())
+      throw std::invalid_argument(fmt::format("read_kv_blocks: block {} out of range", b));
   for_each_kv_run(blocks, m_.layers, shards_,
                   [&](float* kv, size_t at, size_t n) { std::memcpy(out.data() + at, kv, n); });
 }
@@ -445,7 +468,8 @@ void LlamaModel::write_kv_blocks(std::span<const int32_t> blocks, std::span<cons
   if (int64_t(in.size()) != int64_t(blocks.size()) * kv_block_bytes())
     throw std::invalid_argument("write_kv_blocks: buffer size is not blocks * block bytes");
   for (int32_t b : blocks)
-    if (b < 0 || b >= kv_num_blocks()) throw std::invalid_argument(fmt::format("write_kv_blocks: block {} out of range", b));
+    if (b < 0 || b >= kv_num_blocks())
+      throw std::invalid_argument(fmt::format("write_kv_blocks: block {} out of range", b));
   for_each_kv_run(blocks, m_.layers, shards_,
                   [&](float* kv, size_t at, size_t n) { std::memcpy(kv, in.data() + at, n); });
 }

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/comm.h"
 #include "backend/specs.h"
+#include "backend/transfer/kv_layout.h"
 #include "policies/plan.h"
 
 namespace tandem::cpu {
@@ -32,6 +33,11 @@ struct LlamaWeights {
 
 // Dummy weights from a seed, as serving benchmarks use: any shape runs anywhere.
 LlamaWeights dummy_weights(const ModelSpec& m, uint64_t seed);
+// What identifies these weights in a KV layout (prefill and decode must run the same ones): an
+// XXH3 of every tensor's size and of up to 4,096 of its values, evenly spaced, as
+// "fp32 values #0123456789abcdef". Cheap at any size; two different weight sets would have to
+// agree at every sampled value to collide.
+std::string weights_fingerprint(const LlamaWeights& w);
 // Throws InputError if fp32 weights plus `kv_bytes` would not fit in this machine's memory.
 void check_fits_in_memory(const ModelSpec& m, double kv_bytes);
 // Weights of a Hugging Face checkpoint folder; fills the shape fields of `m` from config.json.
@@ -72,6 +78,10 @@ class LlamaModel {
   // gate/up split by columns (heads, ffn slices), o and down by rows, one all-reduce after
   // attention and one after the MLP; embedding and LM head replicated. The KV cache is split
   // by KV heads: every rank holds its heads for the same block ids.
+  // TP-invariant: o and down reduce over ModelSpec::reduction_segments() runs as a pairwise
+  // tree, a rank computing its runs' subtree and the all-reduce the levels above, so a TP degree
+  // dividing the segments gives TP 1's bits (logits, KV, tokens); another degree is a valid
+  // split whose sums differ in the last bits.
   LlamaModel(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size, int32_t tp = 1);
   // Runs one step. `tokens` holds each sequence's num_tokens input ids, in plan order.
   // Appends one argmax id per sampling sequence to `sampled`; if `logits` is given, also
@@ -84,6 +94,7 @@ class LlamaModel {
   // The KV of whole blocks as bytes (prefill/decode separation): per block, per rank, per
   // layer, K then V, as each rank stores them. Both instances of one tp read the same layout.
   int64_t kv_block_bytes() const;
+  KvLayout kv_layout() const;
   int32_t kv_num_blocks() const { return shards_[0].kv.num_blocks(); }
   void read_kv_blocks(std::span<const int32_t> blocks, std::span<std::byte> out);
   void write_kv_blocks(std::span<const int32_t> blocks, std::span<const std::byte> in);
@@ -98,13 +109,15 @@ class LlamaModel {
   // One rank: its heads and MLP slice, the K/V of its KV heads, its scratch.
   struct Shard {
     int32_t heads, kv_heads, ffn;
-    std::vector<LlamaLayer> layers;  // wqkv, wo, w_gate_up, w_down (norms live in w_)
+    int32_t segments;                  // of the row-split reductions, on this rank (gemm_nt_segmented)
+    std::vector<LlamaLayer> layers{};  // wqkv, wo, w_gate_up, w_down (norms live in w_)
     PagedKvStore kv;
-    std::vector<float> qkv, attn, gu, act, partial;
-    std::vector<AttnScratch> scratch;
+    std::vector<float> qkv{}, attn{}, gu{}, act{}, partial{};
+    std::vector<AttnScratch> scratch{};
   };
 
-  void gemm(const float* x, int64_t t, int64_t k, const std::vector<float>& w, int64_t n, float* y) const;
+  void gemm(const float* x, int64_t t, int64_t k, const std::vector<float>& w, int64_t n, float* y,
+            int32_t segments = 1) const;
   void attention_block(Shard& sh, int32_t layer, const StepPlan& plan, int64_t T);
   void mlp_block(Shard& sh, int32_t layer, int64_t T);
   void attention(Shard& sh, int32_t layer, const StepPlan& plan, const float* qkv, float* out);
@@ -113,7 +126,8 @@ class LlamaModel {
   void add_reduced_partials(int64_t n);
 
   ModelSpec m_;
-  LlamaWeights w_;  // embedding, norms, LM head (matrices of the layers move into the shards)
+  std::string weights_id_;  // weights_fingerprint of the weights it was built from
+  LlamaWeights w_;          // embedding, norms, LM head (matrices of the layers move into the shards)
   std::vector<Shard> shards_;
   cpu::InProcessCommunicator comm_;
   GemmPath gemm_path_ = GemmPath::Invariant;

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_model.h"
 #include "backend/cuda/kv_blocks.h"
 #include "backend/cuda/nccl_channel.h"
+#include "core/error.h"
 
 namespace tandem::cuda {
 
@@ -32,6 +33,12 @@ std::unique_ptr<kv_channel_i> make_cuda_channel(const std::string& kind, executo
   CudaModel* from = cuda_model_of(prefill);
   CudaModel* to = cuda_model_of(decode);
   if (!from || !to) return nullptr;
+  // The layouts first (kv_layout.h): refused naming both sides, or, where only tensor parallelism
+  // differs, the generic copy channel re-lays the blocks out through host memory (no device-side
+  // re-layout is built; the nccl channel refuses TP above 1 on either side below).
+  const KvLayoutCheck c = check_kv_layouts(prefill.kv_store()->kv_layout(), decode.kv_store()->kv_layout());
+  if (c.match == KvLayoutMatch::Incompatible) throw InputError(fmt::format("{} channel: {}", kind, c.why));
+  if (kind == "copy" && c.match == KvLayoutMatch::Relayout) return nullptr;
   if (kind == "copy") return std::make_unique<DeviceCopyChannel>(*from, *to);
   if (kind == "nccl") return std::make_unique<NcclChannel>(*from, *to);
   return nullptr;

@@ -36,7 +36,9 @@ class DeviceCopyChannel final : public kv_channel_i {
 
 // The channel factory (sim/executors.h ChannelFactory): copy -> DeviceCopyChannel and nccl ->
 // NcclChannel when both executors are CUDA ones; null otherwise (sim/ then takes the generic
-// channel of that kind, or reports that there is none).
+// channel of that kind, or reports that there is none), and for copy between layouts that differ
+// by tensor parallelism (the generic copy channel re-lays them out). Layouts that cannot be
+// converted: InputError naming both sides.
 std::unique_ptr<kv_channel_i> make_cuda_channel(const std::string& kind, executor_i& prefill, executor_i& decode);
 
 }  // namespace tandem::cuda

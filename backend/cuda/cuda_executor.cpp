@@ -1,5 +1,7 @@
 #include "backend/cuda/cuda_executor.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 
 #include "backend/cuda/cuda_model.h"
@@ -13,7 +15,9 @@ class CudaExecutor final : public executor_i, public kv_store_i {
  public:
   CudaExecutor(const ModelSpec& m, const cpu::LlamaWeights* w, uint64_t seed, int32_t blocks, int32_t block_size,
                const CudaModelOptions& opt)
-      : model_(m, w, seed, blocks, block_size, opt) {}
+      : model_(m, w, seed, blocks, block_size, opt),
+        layout_(llama_kv_layout(m, w ? cpu::weights_fingerprint(*w) : fmt::format("generated on the GPU, seed {}", seed),
+                                "bf16", block_size, opt.tp)) {}
   // The step's wall time, from the first metadata copy to the sampled tokens on the host.
   StepResult execute(const StepPlan& plan) override {
     StepResult r;
@@ -25,6 +29,7 @@ class CudaExecutor final : public executor_i, public kv_store_i {
   std::string name() const override { return "cuda"; }
   bool simulated() const override { return false; }
   kv_store_i* kv_store() override { return this; }
+  KvLayout kv_layout() const override { return layout_; }
   int64_t block_bytes() const override { return model_.kv_block_bytes(); }
   int32_t num_blocks() const override { return model_.kv_num_blocks(); }
   void read_blocks(std::span<const int32_t> blocks, std::span<std::byte> out) override {
@@ -37,6 +42,7 @@ class CudaExecutor final : public executor_i, public kv_store_i {
 
  private:
   CudaModel model_;
+  KvLayout layout_;
 };
 }  // namespace
 

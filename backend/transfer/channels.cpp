@@ -7,6 +7,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/error.h"
+
 namespace tandem {
 
 int64_t ChannelModel::bytes(int32_t num_tokens) const {
@@ -38,12 +40,16 @@ TransferStart SimChannel::start(const KvTransfer& t) {
           .error = {}};
 }
 
-CopyChannel::CopyChannel(kv_store_i& from, kv_store_i& to) : from_(from), to_(to) {
-  if (from.block_bytes() != to.block_bytes())
-    throw std::invalid_argument(fmt::format(
-        "copy channel: the instances' KV blocks differ in size ({} vs {} bytes): prefill and decode need the same "
-        "model, block size and tensor parallelism",
-        from.block_bytes(), to.block_bytes()));
+CopyChannel::CopyChannel(kv_store_i& from, kv_store_i& to)
+    : from_(from), to_(to), from_layout_(from.kv_layout()), to_layout_(to.kv_layout()) {
+  const KvLayoutCheck c = check_kv_layouts(from_layout_, to_layout_);
+  if (c.match == KvLayoutMatch::Incompatible) throw InputError("copy channel: " + c.why);
+  relayout_ = c.match == KvLayoutMatch::Relayout;
+  // The descriptors promise the sizes; the stores must keep that promise.
+  if (from.block_bytes() != from_layout_.block_bytes() || to.block_bytes() != to_layout_.block_bytes())
+    throw std::logic_error(fmt::format("copy channel: blocks of {} and {} bytes, their layouts say {} and {}",
+                                       from.block_bytes(), to.block_bytes(), from_layout_.block_bytes(),
+                                       to_layout_.block_bytes()));
 }
 
 TransferStart CopyChannel::start(const KvTransfer& t) {
@@ -58,7 +64,14 @@ TransferStart CopyChannel::start(const KvTransfer& t) {
   if (staging_.size() < bytes) staging_.resize(bytes);
   const std::span<std::byte> buf(staging_.data(), bytes);
   from_.read_blocks(t.src_blocks, buf);
-  to_.write_blocks(t.dst_blocks, buf);
+  if (relayout_) {
+    if (relaid_.size() < bytes) relaid_.resize(bytes);
+    const std::span<std::byte> out(relaid_.data(), bytes);
+    relayout_kv_blocks(from_layout_, to_layout_, buf, out);
+    to_.write_blocks(t.dst_blocks, out);
+  } else {
+    to_.write_blocks(t.dst_blocks, buf);
+  }
   r.bytes = int64_t(bytes);
   r.elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   return r;

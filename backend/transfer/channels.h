@@ -23,18 +23,23 @@ class SimChannel final : public kv_channel_i {
 };
 
 // Copies the blocks at start(), through a staging buffer, and reports the measured time.
-// Synchronous, so an abort always finds it finished.
+// Synchronous, so an abort always finds it finished. The two stores' layouts are compared at
+// construction (kv_layout.h): the same, the blocks move as bytes; different tensor parallelism,
+// they are re-laid out on the way (a second buffer); anything else throws InputError naming both.
 class CopyChannel final : public kv_channel_i {
  public:
   CopyChannel(kv_store_i& from, kv_store_i& to);
   std::string name() const override { return "copy"; }
   TransferStart start(const KvTransfer& t) override;
   bool abort(uint64_t) override { return true; }
+  bool relayouts() const { return relayout_; }
 
  private:
   kv_store_i& from_;
   kv_store_i& to_;
-  std::vector<std::byte> staging_;  // grows to the largest transfer, reused
+  KvLayout from_layout_, to_layout_;
+  bool relayout_ = false;
+  std::vector<std::byte> staging_, relaid_;  // grow to the largest transfer, reused
 };
 
 }  // namespace tandem

@@ -201,10 +201,40 @@ Frame decode_frame(std::span<const uint8_t> bytes, uint64_t max_payload) {
 
 // ---- messages ----
 
+namespace {
+
+void write_layout(WireWriter& w, const KvLayout& l) {
+  w.str(l.model);
+  w.str(l.weights);
+  w.str(l.dtype);
+  w.str(l.order);
+  for (int32_t v : {l.block_size, l.layers, l.kv_heads, l.head_dim, l.tp}) w.i32(v);
+}
+
+// Each count within [0, 2^20]: a layout is compared with the receiver's own before it is used,
+// but no field may make block_bytes() overflow on the way.
+KvLayout read_layout(WireReader& r, std::string_view field) {
+  KvLayout l;
+  const std::string f(field);
+  l.model = r.str(f + ".model", kMaxShortString);
+  l.weights = r.str(f + ".weights", kMaxShortString);
+  l.dtype = r.str(f + ".dtype", kMaxShortString);
+  l.order = r.str(f + ".order", kMaxShortString);
+  for (auto [v, name] : {std::pair{&l.block_size, "block_size"}, {&l.layers, "layers"}, {&l.kv_heads, "kv_heads"},
+                         {&l.head_dim, "head_dim"}, {&l.tp, "tp"}}) {
+    *v = r.i32(f + "." + name);
+    if (*v < 0 || *v > (1 << 20)) r.fail(f + "." + name, fmt::format("{} is outside [0, 2^20]", *v));
+  }
+  return l;
+}
+
+}  // namespace
+
 std::vector<uint8_t> encode(const HelloMsg& m) {
   WireWriter w;
   w.u32(m.protocol);
   w.str(m.workload_yaml);
+  write_layout(w, m.prefill_layout);
   return w.take();
 }
 
@@ -212,7 +242,10 @@ HelloMsg decode_hello(std::span<const uint8_t> payload) {
   WireReader r(payload, "Hello");
   HelloMsg m;
   m.protocol = r.u32("protocol");
+  // An older client's Hello ends here: say so, rather than fail on a missing field.
+  if (m.protocol != kProtocolVersion) return m;
   m.workload_yaml = r.str("workload_yaml", kMaxWorkloadYaml);
+  m.prefill_layout = read_layout(r, "prefill_layout");
   r.finish();
   return m;
 }
@@ -222,6 +255,7 @@ std::vector<uint8_t> encode(const HelloOkMsg& m) {
   w.i32(m.kv_blocks);
   w.i64(m.block_bytes);
   w.str(m.backend);
+  write_layout(w, m.decode_layout);
   return w.take();
 }
 
@@ -233,6 +267,7 @@ HelloOkMsg decode_hello_ok(std::span<const uint8_t> payload) {
   m.block_bytes = r.i64("block_bytes");
   if (m.block_bytes < 0) r.fail("block_bytes", fmt::format("{} is negative", m.block_bytes));
   m.backend = r.str("backend", kMaxShortString);
+  m.decode_layout = read_layout(r, "decode_layout");
   r.finish();
   return m;
 }

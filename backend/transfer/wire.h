@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/transfer/kv_layout.h"
 #include "policies/plan.h"
 
 namespace tandem::transfer {
@@ -121,7 +122,8 @@ Frame decode_frame(std::span<const uint8_t> bytes, uint64_t max_payload);
 
 // ---- messages: encode(x) is the payload; decode_x(payload) rejects truncation and trailing bytes ----
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: Hello and HelloOk carry each side's KV layout (kv_layout.h).
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr uint64_t kMaxWorkloadYaml = uint64_t{16} << 20;
 inline constexpr uint64_t kMaxShortString = 4096;   // backend names
 inline constexpr uint64_t kMaxErrorString = 65536;  // error texts
@@ -130,18 +132,24 @@ inline constexpr uint64_t kMaxBlockTable = uint64_t{1} << 24;  // blocks per seq
 inline constexpr uint64_t kMaxStepTokens = INT32_MAX;          // a plan's token total is an int32
 inline constexpr uint64_t kMaxKvPayload = uint64_t{1} << 40;   // the frame's limit binds first
 
+// The client's first message: the decode instance to build, and how the prefill side's KV
+// blocks (what KvPush carries) are laid out.
 struct HelloMsg {
   static constexpr MsgType kType = MsgType::Hello;
   uint32_t protocol = kProtocolVersion;
   std::string workload_yaml;
+  KvLayout prefill_layout;
   bool operator==(const HelloMsg&) const = default;
 };
 
+// The worker built it: its pool, and how its blocks are laid out (the client checks the two
+// layouts too; the worker re-lays pushes out where they differ by tensor parallelism).
 struct HelloOkMsg {
   static constexpr MsgType kType = MsgType::HelloOk;
   int32_t kv_blocks = 0;
   int64_t block_bytes = 0;
   std::string backend;
+  KvLayout decode_layout;
   bool operator==(const HelloOkMsg&) const = default;
 };
 
