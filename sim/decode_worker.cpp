@@ -115,7 +115,7 @@ class DecodeWorkerLink::TcpChannel final : public kv_channel_i {
     }
     return {.async = true, .ok = true, .elapsed = 0, .bytes = int64_t(m.payload.size()), .error = {}};
   }
-  bool abort(uint64_t) override { return false; }
+  bool abort(uint64_t, Time) override { return false; }
   // The time from start() to the worker's answer, measured here.
   Duration elapsed(uint64_t ticket) {
     std::lock_guard lock(mu_);

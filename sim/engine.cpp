@@ -202,7 +202,7 @@ void Engine::on(const Cancel& e) {
     case PdPhase::Parked: handoff_->cancel(e.id, now_, true); break;
     case PdPhase::Transfer:
       // Blocks are freed now only if the channel stops writing now; else at its completion.
-      handoff_->cancel(e.id, now_, channel_->abort(handoff_->ticket_of(e.id)));
+      handoff_->cancel(e.id, now_, channel_->abort(handoff_->ticket_of(e.id), now_));
       break;
     default: return;
   }

@@ -1,6 +1,6 @@
 // The in-process KV channels of stage 4: the sim channel's price (whole blocks, one FCFS link,
-// layer-wise overlap charged to the link) and the copy channel (bytes from one KV store to the
-// other, sizes checked).
+// layer-wise overlap charged to the link, an abort freeing the link at once) and the copy
+// channel (bytes from one KV store to the other, sizes checked).
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -23,8 +23,9 @@ ChannelModel model(bool layerwise = false) {
           .block_size = 16};
 }
 
-KvTransfer at(Time now, int32_t tokens, Duration last_step = 0) {
+KvTransfer at(Time now, int32_t tokens, Duration last_step = 0, uint64_t ticket = 0) {
   KvTransfer t;
+  t.ticket = ticket;
   t.num_tokens = tokens;
   t.now = now;
   t.last_prefill_step = last_step;
@@ -68,7 +69,7 @@ TEST_CASE("sim channel: whole blocks move; latency + bytes / bandwidth on an idl
   CHECK(s.ok);
   CHECK(s.bytes == 32'000);
   CHECK(s.elapsed == 32'000 + 10'000);  // 32 us on the wire + 10 us
-  CHECK(ch.abort(1));                   // modelled: nothing can write later
+  CHECK(ch.abort(1, 0));                // modelled: nothing can write later
 }
 
 TEST_CASE("sim channel: transfers that overlap queue on the one link, FCFS") {
@@ -78,6 +79,37 @@ TEST_CASE("sim channel: transfers that overlap queue on the one link, FCFS") {
   CHECK(ch.start(at(0, 16)).elapsed == 32'000 + 10'000);
   // Starts at 100 us: the link is free again.
   CHECK(ch.start(at(100'000, 16)).elapsed == 16'000 + 10'000);
+}
+
+TEST_CASE("sim channel: an abort frees the link at once; one off the wire changes nothing") {
+  SimChannel ch(model());
+  // 4 blocks: on the wire 0-64 us; aborted at 20 us. The next, at 30 us, goes on the wire at
+  // once (16 us), not at 64 us, when the aborted one would have left.
+  CHECK(ch.start(at(0, 64, 0, 1)).elapsed == 64'000 + 10'000);
+  CHECK(ch.abort(1, 20'000));
+  CHECK(ch.start(at(30'000, 16, 0, 2)).elapsed == 16'000 + 10'000);  // on the wire 30-46 us
+  // Ticket 2 left the wire at 46 us: aborting it in its latency (at 50 us) frees nothing, so a
+  // transfer at 40 us, queued behind it (46-62 us), still holds the link for one at 50 us.
+  CHECK(ch.start(at(40'000, 16, 0, 3)).elapsed == 22'000 + 10'000);
+  CHECK(ch.abort(2, 50'000));
+  CHECK(ch.start(at(50'000, 16, 0, 4)).elapsed == 28'000 + 10'000);  // 62-78 us
+  // One still waiting for the link when aborted gives up its whole slot: the next starts where
+  // the slot before it ends. Ticket 5 was booked 78-142 us; aborted at 70 us, before it began.
+  CHECK(ch.start(at(60'000, 64, 0, 5)).elapsed == 82'000 + 10'000);
+  CHECK(ch.abort(5, 70'000));
+  CHECK(ch.start(at(70'000, 16, 0, 6)).elapsed == 24'000 + 10'000);  // 78-94 us
+  // Aborted with a slot booked behind it: that slot keeps the time it was given, so the link
+  // frees only at its end. 7: 200-264 us, 8: 264-280 us; 7 aborted at 210 us; 9 at 220 us waits
+  // for 8 (280-296 us). Then 9 and 8 are aborted at 230 us, before they began: the link is free
+  // at once.
+  CHECK(ch.start(at(200'000, 64, 0, 7)).elapsed == 64'000 + 10'000);
+  CHECK(ch.start(at(200'000, 16, 0, 8)).elapsed == 80'000 + 10'000);
+  CHECK(ch.abort(7, 210'000));
+  CHECK(ch.start(at(220'000, 16, 0, 9)).elapsed == 76'000 + 10'000);
+  CHECK(ch.abort(9, 230'000));
+  CHECK(ch.abort(8, 230'000));  // nothing is booked behind 8 any more
+  CHECK(ch.start(at(230'000, 16, 0, 10)).elapsed == 16'000 + 10'000);
+  CHECK(ch.abort(42, 240'000));  // an unknown (or long finished) ticket: nothing to free
 }
 
 TEST_CASE("sim channel: layer-wise, up to (layers - 1) / layers of the last prefill step is hidden, and charged") {

@@ -97,7 +97,7 @@ class DroppingChannel final : public kv_channel_i {
     r.bytes = int64_t(t.src_blocks.size());
     return r;
   }
-  bool abort(uint64_t) override { return true; }
+  bool abort(uint64_t, Time) override { return true; }
 };
 
 struct GpuRun {
@@ -254,7 +254,7 @@ TEST_CASE("cuda pd: the device channels move blocks pool to pool (one GPU; peer 
     std::vector<std::byte> out(in.size());
     to.read_kv_blocks(dst, out);
     CHECK(out == in);
-    CHECK(ch->abort(1));
+    CHECK(ch->abort(1, 0));
     // A count mismatch fails the transfer; a block outside a pool is refused before any copy.
     const std::vector<int32_t> short_dst(dst.begin(), dst.end() - 1), bad_dst = {48};
     const TransferStart bad = ch->start(kv_transfer(src, short_dst));

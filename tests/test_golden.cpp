@@ -370,7 +370,7 @@ TEST_CASE("mutation: blocks moved between TPs without the re-layout give other t
     kv_store_i &from, &to;
     RawBytes(kv_store_i& f, kv_store_i& t) : from(f), to(t) {}
     std::string name() const override { return "raw"; }
-    bool abort(uint64_t) override { return true; }
+    bool abort(uint64_t, Time) override { return true; }
     TransferStart start(const KvTransfer& t) override {
       std::vector<std::byte> buf(t.src_blocks.size() * size_t(from.block_bytes()));
       from.read_blocks(t.src_blocks, buf);

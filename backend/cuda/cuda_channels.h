@@ -26,7 +26,7 @@ class DeviceCopyChannel final : public kv_channel_i {
   ~DeviceCopyChannel() override;
   std::string name() const override { return "device-copy"; }
   TransferStart start(const KvTransfer& t) override;
-  bool abort(uint64_t) override { return true; }
+  bool abort(uint64_t, Time) override { return true; }
 
  private:
   std::vector<std::unique_ptr<KvBlockMove>> ranks_;

@@ -22,7 +22,7 @@ class NcclChannel final : public kv_channel_i {
   ~NcclChannel() override;
   std::string name() const override { return "nccl"; }
   TransferStart start(const KvTransfer& t) override;
-  bool abort(uint64_t) override { return true; }
+  bool abort(uint64_t, Time) override { return true; }
 
  private:
   struct Impl;

@@ -45,10 +45,11 @@ class kv_channel_i {
   virtual ~kv_channel_i() = default;
   virtual std::string name() const = 0;
   virtual TransferStart start(const KvTransfer& t) = 0;
-  // Stop a transfer. True: it will never write into the decode blocks again, which may be
-  // freed now (a synchronous abort). False: its completion (done or aborted) will still come,
-  // and until then both sides keep their blocks.
-  virtual bool abort(uint64_t ticket) = 0;
+  // Stop a transfer at `now` (the engine's clock: a modelled channel frees its link from then).
+  // True: it will never write into the decode blocks again, which may be freed now (a
+  // synchronous abort). False: its completion (done or aborted) will still come, and until then
+  // both sides keep their blocks.
+  virtual bool abort(uint64_t ticket, Time now) = 0;
 };
 
 // The sim channel's parameters (disaggregation.channel in a workload).

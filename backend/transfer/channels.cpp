@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -33,11 +34,28 @@ TransferStart SimChannel::start(const KvTransfer& t) {
   const Time on_wire = std::max(earliest, link_free_);
   const Time off_wire = std::max(on_wire + wire, m_.layerwise ? t.now + wire / std::max(m_.layers, 1) : t.now);
   link_free_ = off_wire;
+  // Slots end in link order: the ones that ended by now can no longer be cut by an abort.
+  while (!bookings_.empty() && bookings_.front().off_wire <= t.now) bookings_.pop_front();
+  bookings_.push_back({t.ticket, on_wire, off_wire});
   return {.async = false,
           .ok = true,
           .elapsed = off_wire - t.now + m_.latency(),
           .bytes = m_.bytes(t.num_tokens),
           .error = {}};
+}
+
+// An abort at `now` gives up what the transfer's slot had left. When it was the last slot, the
+// next transfer goes on the wire at once (or when the slot before it ends, if it was still
+// waiting for the link); slots booked behind it keep their times, which the engine was already
+// given, so the rest of the aborted slot then stays idle. A transfer off the wire changes nothing.
+bool SimChannel::abort(uint64_t ticket, Time now) {
+  const auto it =
+      std::find_if(bookings_.begin(), bookings_.end(), [&](const Booking& b) { return b.ticket == ticket; });
+  if (it == bookings_.end() || it->off_wire <= now) return true;
+  if (std::next(it) == bookings_.end())
+    link_free_ = it == bookings_.begin() ? now : std::max(now, std::prev(it)->off_wire);
+  bookings_.erase(it);
+  return true;
 }
 
 CopyChannel::CopyChannel(kv_store_i& from, kv_store_i& to)

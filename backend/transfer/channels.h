@@ -1,5 +1,6 @@
 // The in-process channels: sim (modelled time) and copy (two KV stores in one process).
 #pragma once
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -15,11 +16,20 @@ class SimChannel final : public kv_channel_i {
   explicit SimChannel(const ChannelModel& m) : m_(m) {}
   std::string name() const override { return "sim"; }
   TransferStart start(const KvTransfer& t) override;
-  bool abort(uint64_t) override { return true; }  // nothing is written: stopping is immediate
+  // Nothing is written, so stopping is immediate: the link is free from `now` for what the
+  // transfer had not sent yet, unless a transfer is booked behind it (that one keeps its slot).
+  bool abort(uint64_t ticket, Time now) override;
 
  private:
+  // A transfer's slot on the link. Its end was announced at start() (the engine's completion is
+  // posted for then), so a slot never moves; an abort only cuts the aborted one short.
+  struct Booking {
+    uint64_t ticket;
+    Time on_wire, off_wire;
+  };
   ChannelModel m_;
-  Time link_free_ = 0;  // when the transfers started so far have left the wire
+  Time link_free_ = 0;            // when the transfers booked so far have left the wire
+  std::deque<Booking> bookings_;  // those not known to be off the wire, in link order
 };
 
 // Copies the blocks at start(), through a staging buffer, and reports the measured time.
@@ -31,7 +41,7 @@ class CopyChannel final : public kv_channel_i {
   CopyChannel(kv_store_i& from, kv_store_i& to);
   std::string name() const override { return "copy"; }
   TransferStart start(const KvTransfer& t) override;
-  bool abort(uint64_t) override { return true; }
+  bool abort(uint64_t, Time) override { return true; }
   bool relayouts() const { return relayout_; }
 
  private:
