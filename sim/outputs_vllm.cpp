@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "core/error.h"
@@ -258,18 +259,22 @@ bool VllmResult::write(const Engine& e, const Summary& s, const Workload& w) {
 
   // Peak output tokens in a second and peak requests in flight in a second, over one-second
   // buckets from the first completed request's start (vLLM's max_output_tokens_per_s and
-  // max_concurrent_requests; completed requests only).
-  std::vector<double> tokens_per_second;
-  std::vector<int64_t> in_flight_change;
+  // max_concurrent_requests; completed requests only). vLLM fills an array with every second of
+  // the run; only the seconds where something happens are kept here (a token, an arrival, a
+  // finish), with the same maxima, so that memory and time follow the steps and requests, never
+  // the clock: a run whose arrivals are a year apart costs what one a second apart does.
+  int64_t num_seconds = 0;
+  std::unordered_map<int64_t, int64_t> tokens_per_second;     // second -> tokens; only seconds with one
+  std::vector<std::pair<int64_t, int64_t>> in_flight_change;  // (second, +1 at arrival / -1 after finish)
   if (completed > 0) {
-    const auto num_seconds = size_t(std::ceil(seconds(max_end - min_start))) + 1;
-    tokens_per_second.assign(num_seconds, 0.0);
-    in_flight_change.assign(num_seconds + 1, 0);
+    num_seconds = int64_t(std::ceil(seconds(max_end - min_start))) + 1;
+    in_flight_change.reserve(size_t(2 * completed));
     for (const Request& r : reqs) {
       if (r.status != RequestStatus::Finished) continue;
-      ++in_flight_change[size_t((r.arrival - min_start) / kNsPerS)];
-      --in_flight_change[size_t((r.finish - min_start) / kNsPerS) + 1];
+      in_flight_change.emplace_back((r.arrival - min_start) / kNsPerS, 1);
+      in_flight_change.emplace_back((r.finish - min_start) / kNsPerS + 1, -1);
     }
+    std::sort(in_flight_change.begin(), in_flight_change.end());
   }
 
   // The ranks the ITL median and p99 need, and the histogram buckets that hold them.
@@ -297,9 +302,14 @@ bool VllmResult::write(const Engine& e, const Summary& s, const Workload& w) {
       return;
     }
     if (!read_tokens(r.id, tokens)) failed_ = true;
+    int64_t last_sec = -1, *last_count = nullptr;  // a request's tokens come in time order: one lookup a second
     for (size_t i = 0; i < tokens.size(); ++i) {
       const int64_t sec = (tokens[i] - min_start) / kNsPerS;
-      if (sec >= 0 && size_t(sec) < tokens_per_second.size()) tokens_per_second[size_t(sec)] += 1;
+      if (sec >= 0 && sec < num_seconds) {
+        if (sec != last_sec) last_count = &tokens_per_second[sec];  // a reference outlives rehashing
+        last_sec = sec;
+        ++*last_count;
+      }
       if (i == 0) continue;
       const Duration gap = tokens[i] - tokens[i - 1];
       const double d = seconds(gap) - itl_mean_s;
@@ -394,12 +404,16 @@ bool VllmResult::write(const Engine& e, const Summary& s, const Workload& w) {
     itl.median = (value_at(itl_median.lo) + value_at(itl_median.hi)) / 2 * 1000;
     itl.p99 = np_lerp(value_at(itl_p99.lo), value_at(itl_p99.hi), itl_p99.t) * 1000;
   }
+  // In flight in a second: the changes up to it; the count changes only at the kept seconds.
   int64_t max_in_flight = 0, in_flight = 0;
-  for (size_t i = 0; i + 1 < in_flight_change.size(); ++i)
-    max_in_flight = std::max(max_in_flight, in_flight += in_flight_change[i]);
-  const double max_tokens_per_s =
-      tokens_per_second.empty() ? 0.0 : *std::max_element(tokens_per_second.begin(), tokens_per_second.end());
-  out.field_number("max_output_tokens_per_s", max_tokens_per_s);
+  for (size_t i = 0; i < in_flight_change.size(); ++i) {
+    in_flight += in_flight_change[i].second;
+    if (i + 1 == in_flight_change.size() || in_flight_change[i + 1].first != in_flight_change[i].first)
+      max_in_flight = std::max(max_in_flight, in_flight);
+  }
+  int64_t max_tokens_per_s = 0;
+  for (const auto& [sec, count] : tokens_per_second) max_tokens_per_s = std::max(max_tokens_per_s, count);
+  out.field_number("max_output_tokens_per_s", double(max_tokens_per_s));
   out.field_integer("max_concurrent_requests", max_in_flight);
   out.field_number("rtfx", 0.0);  // audio seconds transcribed per second: speech only
 

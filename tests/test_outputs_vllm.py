@@ -10,10 +10,12 @@ from its source); one per-request entry per request; the figures agree with summ
 requests.csv; the statistics are numpy's, recomputed here from the file's own arrays; failed
 and cancelled requests are errors, left out of every statistic. Standard library only.
 """
+import collections
 import csv
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -59,7 +61,9 @@ def ms_stats(values):
 
 
 def peaks(r):
-    """vLLM's max_output_tokens_per_s and max_concurrent_requests (calculate_metrics), from the arrays."""
+    """vLLM's max_output_tokens_per_s and max_concurrent_requests (calculate_metrics), from the arrays.
+
+    vLLM's one-second buckets, of which only those that hold something are kept (a run may span years)."""
     ok = [i for i, e in enumerate(r["errors"]) if e == ""]
     if not ok:
         return 0.0, 0
@@ -67,7 +71,7 @@ def peaks(r):
     latency = [r["ttfts"][i] + sum(r["itls"][i]) for i in ok]
     t0 = min(start)
     n = int(math.ceil(max(s + l for s, l in zip(start, latency)) - t0)) + 1
-    tokens, conc = [0.0] * n, [0] * n
+    tokens, conc = collections.Counter(), collections.Counter()
     for k, i in enumerate(ok):
         t = start[k] + r["ttfts"][i]
         times = [t]
@@ -80,7 +84,7 @@ def peaks(r):
                 tokens[b] += 1
         for sec in range(int(start[k] - t0), int(start[k] + latency[k] - t0) + 1):
             conc[sec] += 1
-    return max(tokens), max(conc)
+    return float(max(tokens.values(), default=0)), max(conc.values())
 
 
 def close(a, b, rel=1e-9, abs_=1e-9):
@@ -235,6 +239,39 @@ class VllmResultTest(unittest.TestCase):
         self.assertTrue(close(r["mean_ttft_ms"], s["ttft_ms"]["mean"], rel=1e-6))
         self.assertTrue(close(r["request_throughput"], s["throughput"]["requests_per_s"]))
         self.assert_statistics(r)
+
+    def test_memory_follows_requests_not_the_clock(self):
+        # Three requests 250 and 500 million seconds apart (a vidur trace, time_scale 1e9): vLLM's
+        # per-second buckets would be 750 million (12 GB here before the fix); tandem keeps only
+        # the seconds that hold a token, an arrival or a finish. 4 GB of address space is ample,
+        # with or without the per-request arrays; not under ASan, which reserves terabytes.
+        with tempfile.TemporaryDirectory(prefix="tandem-vllm-clock-") as tmp:
+            with open(os.path.join(tmp, "three.csv"), "w", encoding="utf-8") as f:
+                f.write("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,374,44\n0.5,396,109\n0.75,879,55\n")
+            workload = os.path.join(tmp, "w.yaml")
+            with open(workload, "w", encoding="utf-8") as f:
+                f.write("model: llama3-8b\nhardware: h200\n"
+                        "requests: {trace: {format: vidur, path: three.csv, time_scale: 1e9}}\n")
+            asan = "libasan" in subprocess.run(["ldd", TANDEM], capture_output=True, text=True).stdout
+
+            def limit():
+                if not asan:
+                    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+            got = {}
+            for trace in ("full", "none"):
+                out = os.path.join(tmp, trace)
+                p = subprocess.run([TANDEM, "run", workload, "--out", out, "--quiet", "--trace", trace],
+                                   capture_output=True, text=True, timeout=120, preexec_fn=limit)
+                self.assertEqual(p.returncode, 0, f"--trace {trace}: {p.stderr.strip()}")
+                got[trace] = load(os.path.join(out, "vllm_result.json"))
+            r = got["full"]
+            self.assertEqual(r["completed"], 3)
+            self.assertGreater(r["duration"], 7.5e8)
+            self.assertEqual(r["max_concurrent_requests"], 1)  # each request alone, a quarter-billion seconds apart
+            self.assertEqual((r["max_output_tokens_per_s"], r["max_concurrent_requests"]), peaks(r))
+            for k in ("max_output_tokens_per_s", "max_concurrent_requests"):
+                self.assertEqual(got["none"][k], r[k], k)
 
 
 if __name__ == "__main__":
