@@ -41,11 +41,31 @@ std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backen
   throw InputError(fmt::format("--backend {}: unknown (known: sim, cpu, cuda)", backend));
 }
 
+namespace {
+// The CPU instances a run puts on this machine share its memory, so they are checked together,
+// before any is built (each alone may fit where all do not): those of this process (1P1D over
+// copy, data-parallel replicas), and a decode worker this process starts itself, on loopback.
+// A worker at channel.peer checks its own process.
+void check_cpu_run_memory(const Workload& w, const std::vector<InstanceSpec>& specs, bool remote_decode) {
+  if (specs.size() < 2) return;  // make_cpu_executor checks a lone instance, naming its knobs
+  std::vector<cpu::CpuMemoryNeed> parts;
+  for (const InstanceSpec& in : specs) {
+    const bool in_worker = remote_decode && in.role == InstanceRole::Decode;
+    if (in_worker && !w.disaggregation.channel.peer.empty()) continue;
+    std::string part = w.disaggregation.enabled ? std::string(to_string(in.role)) : fmt::format("instance {}", in.id);
+    if (in_worker) part += " (a worker process on this host)";
+    parts.push_back(cpu::cpu_memory_need(w.model, cpu_executor_options(in.engine), std::move(part)));
+  }
+  cpu::check_cpu_memory(parts);
+}
+}  // namespace
+
 RunExecutors make_run_executors(Workload& w, const std::string& backend, const ExecutorFactory* cuda, int threads,
                                 const ChannelFactory* channels) {
   RunExecutors r;
   const std::vector<InstanceSpec> specs = instance_specs(w);
   const bool remote_decode = w.disaggregation.enabled && backend != "sim" && w.disaggregation.channel.kind == "tcp";
+  if (backend == "cpu") check_cpu_run_memory(w, specs, remote_decode);
   for (const InstanceSpec& in : specs) {
     if (remote_decode && in.role == InstanceRole::Decode) {  // built by the worker, in its process
       r.remote = std::make_unique<DecodeWorkerLink>(w, in, backend, threads, r.executors[0]->kv_store());

@@ -626,6 +626,35 @@ expect 0 "instance 1 \\(colocated\\): [0-9]+ steps" -- run "$q" --set engine.dat
 check "data_parallel 2 prints two instances" \
   bash -c "'$tandem' run '$q' --set engine.data_parallel=2 --set requests.count=50 | grep -c '^instance [0-9] (colocated)' | grep -qx 2"
 
+# Issue #32. 2: the CPU backend's memory check counts every instance a run puts on this machine.
+# KV of 0.6 of the memory is refused colocated; as 0.3 per instance (each within the limit alone)
+# 1P1D over copy (one process), over tcp (a child worker on this host) and two replicas are
+# refused too, before anything is allocated, naming the parts. Under 4 GB of address space (not
+# with ASan, which reserves terabytes), so that a build that accepts them fails here at once
+# instead of taking the memory.
+i32=$tmp/issue32
+mkdir -p "$i32"
+capped=$tandem
+if ! ldd "$tandem" 2>/dev/null | grep -q libasan; then
+  printf '#!/usr/bin/env bash\nulimit -v 4000000\nexec %q "$@"\n' "$tandem" >"$i32/tandem-4gb"
+  chmod +x "$i32/tandem-4gb"
+  capped=$i32/tandem-4gb
+fi
+expect_capped() { local tandem=$capped; expect "$@"; }  # expect, with $tandem the capped one
+ram_bytes=$(($(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) * 1024))
+# Blocks of the tiny model's fp32 KV: 4 layers x 4 KV heads x 32 dims x K, V x 4 bytes x 16 tokens = 64 KiB.
+blocks_of() { awk -v r="$ram_bytes" -v f="$1" 'BEGIN { printf "%d", f * r / 65536 }'; }
+t32=(run "$src/workloads/cpu_tiny.yaml" --backend cpu --threads 1)
+expect_capped 2 "the CPU backend's KV cache would take [0-9.]+ GB of [0-9.]+ GB of memory" -- \
+  "${t32[@]}" --set engine.num_kv_blocks="$(blocks_of 0.6)"
+half=(--set engine.num_kv_blocks="$(blocks_of 0.3)")
+parts="weights [0-9.]+ MB \\+ KV [0-9.]+ [MG]B"
+expect_capped 2 "the CPU backend's instances would take .* \\(prefill: $parts, decode: $parts, held by this process already: [0-9.]+ [MG]B\\)" -- \
+  "${t32[@]}" "${half[@]}" --set disaggregation.enabled=true --set disaggregation.channel.kind=copy
+expect_capped 2 "\\(prefill: $parts, decode \\(a worker process on this host\\): $parts," -- \
+  "${t32[@]}" "${half[@]}" --set disaggregation.enabled=true --set disaggregation.channel.kind=tcp
+expect_capped 2 "\\(instance 0: $parts, instance 1: $parts," -- "${t32[@]}" "${half[@]}" --set engine.data_parallel=2
+
 echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
 sort -rn "$times" | head -${CLI_SLOWEST:-10} | cut -c1-160
 echo "$passes passed, $fails failed"

@@ -2,6 +2,8 @@
 // and measures the step's wall time.
 #pragma once
 #include <memory>
+#include <span>
+#include <string>
 
 #include "backend/cpu/llama.h"
 #include "backend/executor.h"
@@ -39,6 +41,22 @@ struct CpuExecutorOptions {
   int32_t tp = 1;                          // in-process ranks the model is split over (engine.tp)
   bool deterministic = true;               // batch/chunk-invariant GEMMs (engine.deterministic)
 };
+
+// What one CPU instance allocates: its fp32 weights and its fp32 KV store (all ranks).
+struct CpuMemoryNeed {
+  std::string part;  // names it in a refusal ("prefill", "instance 1"); empty: a process's one instance
+  std::string model;
+  double weights_bytes = 0, kv_bytes = 0;
+  int32_t kv_blocks = 0, block_size = 0;
+};
+CpuMemoryNeed cpu_memory_need(const ModelSpec& m, const CpuExecutorOptions& opt, std::string part = {});
+
+// CPU instances that share this machine's memory fit only together: their KV stores within half
+// of it, and with their weights and what this process holds already (its resident set) within
+// 80% of it. Throws InputError naming each part's weights and KV. make_cpu_executor checks its
+// own instance so (counting the instances built before it, which are resident by then);
+// sim/executors.cpp checks all of a run's instances together, before it builds any.
+void check_cpu_memory(std::span<const CpuMemoryNeed> parts);
 
 // Builds the model for a workload: checkpoint weights if model.checkpoint is set, else dummy
 // weights from the seed. Checks that the KV store fits in memory.
