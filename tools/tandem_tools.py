@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Shared code of the tools in tools/: `tandem run` into an output folder, reading its outputs,
-percentiles, text tables, the simulated-vs-measured error table and the capacity sweep.
+percentiles, text tables, the simulated-vs-measured error table, the capacity sweep, and a
+time-kept run of steps (a prepared call on a lent device: TimeKeeper).
 
 Standard library only; matplotlib only through pyplot(), imported when a plot is drawn.
 A tool in tools/ imports it with
@@ -18,9 +19,14 @@ import csv
 import json
 import math
 import os
+import re
+import shlex
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 
 NAN = float("nan")
@@ -58,6 +64,12 @@ METRICS = {
     "evictions": ("evictions", "blocks", ("prefix_cache", "evictions"), 0),
     "finished": ("finished", "requests", ("requests", "finished"), NAN),
     "failed": ("failed", "requests", ("requests", "failed"), NAN),
+    # prefill/decode disaggregation (absent from a colocated run's summary)
+    "transfer_p50": ("KV transfer p50", "ms", ("disaggregation", "transfer_ms", "p50"), NAN),
+    "transfer_p99": ("KV transfer p99", "ms", ("disaggregation", "transfer_ms", "p99"), NAN),
+    "transfer_max": ("KV transfer max", "ms", ("disaggregation", "transfer_ms", "max"), NAN),
+    "transfers_delivered": ("transfers delivered", "", ("disaggregation", "transfers", "delivered"), NAN),
+    "transfers_failed": ("transfers failed", "", ("disaggregation", "transfers", "failed"), NAN),
     # computed from requests.csv by tools/bench-prefix
     "ttft_hit_mean": ("TTFT mean, requests that hit", "ms", None, NAN),
     "ttft_miss_mean": ("TTFT mean, requests that missed", "ms", None, NAN),
@@ -541,6 +553,283 @@ def bench_sim_vs_measured(tool, bench, workload, bench_args, keys, base, ratio_k
         f.write(text + "\n")
     print("wrote %s/: profile.yaml, calibrate.txt, errors.txt (this table), measured/ and simulated/ "
           "(runs), measured.{txt,json}, simulated.{txt,json} (the bench tables)" % out.rstrip("/"))
+
+
+# ---------------------------------------------------------------------------------------------
+# A time-kept run of steps: a prepared call on a lent device (tools/device-pending), where the
+# call has a hard wall-clock limit and what each step measured must survive a later one running out
+
+
+def doctest_counts(text):
+    """The test-case counts in doctest output, summed over the runs it holds (one per process):
+    {"cases", "passed", "failed", "skipped", "assertions", "assertions_failed"}, or None when no
+    run printed its summary (it exited 77 before doctest, or was killed first)."""
+    found = re.findall(r"^\[doctest\] test cases:\s*(\d+)\s*\|\s*(\d+) passed\s*\|\s*(\d+) failed"
+                       r"(?:\s*\|\s*(\d+) skipped)?", text, re.M)
+    if not found:
+        return None
+    asserts = re.findall(r"^\[doctest\] assertions:\s*(\d+)\s*\|\s*\d+ passed\s*\|\s*(\d+) failed", text, re.M)
+    return {"cases": sum(int(f[0]) for f in found), "passed": sum(int(f[1]) for f in found),
+            "failed": sum(int(f[2]) for f in found), "skipped": sum(int(f[3] or 0) for f in found),
+            "assertions": sum(int(a[0]) for a in asserts), "assertions_failed": sum(int(a[1]) for a in asserts)}
+
+
+def doctest_failed_cases(text):
+    """The names of the test cases doctest reported a failure in (each once, in order)."""
+    names = []
+    for name in re.findall(r"^TEST CASE:\s+(.*?)\s*$", text, re.M):
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def device_env(build, root="."):
+    """The environment for a binary of a device build (tools/device-check --prepare), as the
+    device scripts set it: the build's bundled libraries, NCCL's Python wheel where python3
+    has one, CUDA's lib64, then what LD_LIBRARY_PATH held."""
+    parts = [os.path.join(os.path.abspath(root), build, "bundle")]
+    try:
+        import nvidia.nccl  # a namespace package: __path__, not __file__
+        parts += [os.path.join(p, "lib") for p in nvidia.nccl.__path__]
+    except ImportError:
+        pass
+    parts.append("/usr/local/cuda/lib64")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ":".join(parts + ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else []))
+    return env
+
+
+class TimedStep:
+    """One step of a time-kept run.
+
+    name:     its row in the table; limit_s: the seconds it may run before it is killed (exit 124);
+    command:  command(ctx) -> the argument list, run from the root with $OUT set to its folder
+              (ctx.folder, OUT/steps/FOLDER; steps may share one) and its output in
+              ctx.folder/SLUG.log (ctx.log); ctx.results: the results of the steps before it, by name;
+    figures:  figures(ctx, result) -> one line of key figures for the table (read from its folder);
+    stretch:  it may use all that is left of the budget when that is more than limit_s (a last step);
+    keep:     files of its folder copied to OUT after it (what should come back as a file of its own).
+    A result: {"status", "rc", "limit", "used", "figures", "folder", "log", "command" (if started)}.
+    """
+
+    def __init__(self, name, limit_s, command, figures=None, folder=None, stretch=False, keep=()):
+        self.name, self.limit_s, self.command, self.figures = name, limit_s, command, figures
+        self.slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
+        self.folder, self.stretch, self.keep = folder or self.slug, stretch, tuple(keep)
+
+
+class StepContext:
+    def __init__(self, step, steps_dir, results):
+        self.steps_dir = steps_dir
+        self.folder = os.path.join(steps_dir, step.folder)
+        self.log = os.path.join(self.folder, step.slug + ".log")
+        self.results = results
+
+
+def session_pids(sid):
+    """The live processes of session `sid` (Linux /proc; zombies left out): what a step started,
+    however deep."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after the command name: state ppid pgrp session
+            if int(fields[3]) == sid and fields[0] != "Z":
+                pids.append(int(d))
+        except (OSError, IndexError, ValueError):
+            pass
+    return pids
+
+
+def end_session(sid, grace_s):
+    """SIGTERM to every process of session `sid` (the tools below forward it: timeout, bash),
+    then SIGKILL to those still there after grace_s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = session_pids(sid)
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        if sig == signal.SIGTERM and pids:
+            end = time.monotonic() + grace_s
+            while time.monotonic() < end and session_pids(sid):
+                time.sleep(0.05)
+
+
+class _Stopped(Exception):
+    pass
+
+
+class TimeKeeper:
+    """Runs steps in order within a budget of seconds counted from its start: a step runs only if
+    its limit fits in what is left (else it is skipped, and said so), is killed at its limit
+    (exit 124; what it wrote is kept), and after each step the table (OUT/summary.txt) and an
+    archive of OUT (OUT/ARCHIVE) are written again, so that a call cut short still returns what the
+    steps before measured. SIGTERM or SIGINT stops the step running, then the table and the archive
+    are written. At the end the steps' folder is removed (OUT/steps, archived): a device call returns
+    only a few files; files the tool puts in OUT itself stay.
+
+    Statuses in the table: the exit status (0, 1, 77: no device, 124: killed at its limit, ...),
+    "skipped" (did not fit), "stopped" (a signal), "not run" (after a stop)."""
+
+    def __init__(self, steps, budget_s, out, root=".", env=None, archive="steps.tar.gz", title=None,
+                 report=None, grace_s=2.0, clock=time.monotonic, log=None):
+        self.steps, self.budget_s, self.out, self.root = steps, budget_s, out, root
+        self.env, self.archive, self.title, self.report = env, archive, title, report
+        self.grace_s, self.clock = grace_s, clock
+        self.log = log or (lambda msg: progress(msg))
+        self.steps_dir = os.path.join(out, "steps")
+        self.results, self.text = {}, ""
+
+    def limits_line(self):
+        """limits: NAME LIMIT s, ...; sum N s <= BUDGET (a stretch step: 'or what is left')."""
+        parts = ["%s %d s%s" % (s.name, s.limit_s, " (or what is left, if more)" if s.stretch else "")
+                 for s in self.steps]
+        total = sum(s.limit_s for s in self.steps)
+        return "limits: %s; sum %d s %s %d" % (", ".join(parts), total, "<=" if total <= self.budget_s else ">",
+                                                self.budget_s)
+
+    def plan(self):
+        """The dry run: each step, its limit, its folder and its command (from no results)."""
+        lines = [self.limits_line()]
+        for i, s in enumerate(self.steps, 1):
+            ctx = StepContext(s, self.steps_dir, {})
+            cmd = s.command(ctx)
+            lines.append("%2d. %s (limit %d s%s): OUT=%s %s" % (i, s.name, s.limit_s, ", stretches" if s.stretch else "",
+                                                                ctx.folder, shlex.join(cmd)))
+        return "\n".join(lines)
+
+    def _note(self, msg):
+        line = "%s %s" % (time.strftime("%H:%M:%S", time.gmtime()), msg)
+        self.log(line)
+        with open(os.path.join(self.out, "progress.txt"), "a") as f:
+            f.write(line + "\n")
+
+    def _stop(self, signum, frame):
+        raise _Stopped(signal.Signals(signum).name)
+
+    def _run_one(self, step, ctx, limit):
+        os.makedirs(ctx.folder, exist_ok=True)
+        env = dict(self.env if self.env is not None else os.environ)
+        env["OUT"] = os.path.abspath(ctx.folder)
+        cmd = step.command(ctx)
+        self._note("%s (limit %.0f s): %s" % (step.name, limit, shlex.join(cmd)))
+        t0 = self.clock()
+        with open(ctx.log, "ab") as logf:
+            try:
+                p = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=logf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as e:
+                logf.write(("cannot start %s: %s\n" % (cmd[0], e)).encode())
+                return {"status": "127", "rc": 127, "used": self.clock() - t0, "command": cmd}
+            try:
+                rc = p.wait(timeout=limit)
+                status = str(rc) if rc >= 0 else "signal %d" % -rc
+            except subprocess.TimeoutExpired:
+                rc, status = 124, "124"
+            except _Stopped:
+                rc, status = None, "stopped"
+            finally:
+                end_session(p.pid, self.grace_s)  # what it left running; all of it at its limit
+                p.wait()
+            if status == "124":
+                logf.write(("\n[time keeper] killed at its limit of %.0f s\n" % limit).encode())
+        return {"status": status, "rc": rc, "used": self.clock() - t0, "command": cmd}
+
+    def table(self):
+        rows, figs = [], []
+        for s in self.steps:
+            r = self.results.get(s.name)
+            if r is None:
+                rows.append([s.name, s.limit_s, "-", "pending"])
+                figs.append("")
+                continue
+            rows.append([s.name, r["limit"], "-" if r["used"] is None else "%.1f" % r["used"], r["status"]])
+            figs.append(r.get("figures", ""))
+        text = format_table(["step", "limit (s)", "used (s)", "exit"], rows, fmt=[None, "{:.0f}".format, None, None])
+        lines = text.splitlines()
+        width = max(len(l) for l in lines)
+        out = [lines[0].ljust(width) + "  key figures"]
+        out += [l.ljust(width) + ("  " + f if f else "") for l, f in zip(lines[1:], figs)]
+        used = sum(r["used"] or 0 for r in self.results.values())
+        out.append("sum of the limits %d s (budget %d s); used %.1f s in the steps" % (
+            sum(s.limit_s for s in self.steps), self.budget_s, used))
+        return "\n".join(([self.title] if self.title else []) + out)
+
+    def summary_text(self):
+        text = self.table()
+        if self.report:
+            try:
+                extra = self.report(self.results)
+            except Exception as e:  # a report that cannot be read must not lose the table
+                extra = "report unreadable: %s: %s" % (e.__class__.__name__, e)
+            if extra:
+                text += "\n\n" + extra
+        return text
+
+    def _write(self):
+        self.text = self.summary_text()  # what summary.txt holds (the steps' folder goes at the end)
+        with open(os.path.join(self.out, "summary.txt"), "w") as f:
+            f.write(self.text + "\n")
+        tmp = os.path.join(self.out, self.archive + ".tmp")
+        with tarfile.open(tmp, "w:gz") as tar:
+            for entry in sorted(os.listdir(self.out)):
+                if entry not in (self.archive, self.archive + ".tmp"):
+                    tar.add(os.path.join(self.out, entry), arcname=entry)
+        os.replace(tmp, os.path.join(self.out, self.archive))
+
+    def run(self):
+        """Runs the steps; returns {name: result} (status, rc, limit, used, figures)."""
+        os.makedirs(self.steps_dir, exist_ok=True)
+        start = self.clock()
+        old = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        stopped = False
+        try:
+            self._note(self.limits_line())
+            for step in self.steps:
+                ctx = StepContext(step, self.steps_dir, self.results)
+                left = self.budget_s - (self.clock() - start)
+                limit = max(step.limit_s, left) if step.stretch else step.limit_s
+                if stopped:
+                    r = {"status": "not run", "rc": None, "used": None, "figures": "stopped before it"}
+                elif step.limit_s > left:
+                    r = {"status": "skipped", "rc": None, "used": None,
+                         "figures": "would not fit: %.0f s left of %d s" % (max(left, 0), self.budget_s)}
+                    self._note("%s: skipped (limit %d s, %.0f s left)" % (step.name, step.limit_s, max(left, 0)))
+                else:
+                    try:
+                        r = self._run_one(step, ctx, limit)
+                    except _Stopped:  # before its process started
+                        r = {"status": "stopped", "rc": None, "used": None}
+                    stopped = r["status"] == "stopped"
+                    self._note("%s: exit %s, %.1f s" % (step.name, r["status"], r["used"] or 0))
+                r["limit"] = limit if r["status"] not in ("skipped", "not run") else step.limit_s
+                r["folder"], r["log"] = ctx.folder, ctx.log
+                for name in step.keep:
+                    if os.path.isfile(os.path.join(ctx.folder, name)):
+                        shutil.copy(os.path.join(ctx.folder, name), os.path.join(self.out, os.path.basename(name)))
+                if step.figures and r["status"] not in ("skipped", "not run"):
+                    try:
+                        r["figures"] = step.figures(ctx, r)
+                    except Exception as e:
+                        r["figures"] = "figures unreadable: %s: %s" % (e.__class__.__name__, e)
+                r.setdefault("figures", "")
+                self.results[step.name] = r
+                self._write()
+        except _Stopped:
+            self._note("stopped between steps")
+            for step in self.steps:
+                self.results.setdefault(step.name, {"status": "not run", "rc": None, "used": None,
+                                                    "limit": step.limit_s, "figures": "stopped before it"})
+        finally:
+            for sig, h in old.items():
+                signal.signal(sig, h)
+        self._write()  # the table and the archive, the steps' folder in it
+        shutil.rmtree(self.steps_dir, ignore_errors=True)
+        return self.results
 
 
 # ---------------------------------------------------------------------------------------------

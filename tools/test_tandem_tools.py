@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 import sys
+import tarfile
 import tempfile
 import unittest
 
@@ -400,6 +401,125 @@ class PtxEntries(unittest.TestCase):
                 self.assertEqual(pe.main([a, b]), 1)  # changed
                 self.assertEqual(pe.main([c, a]), 0)  # only new
                 self.assertEqual(pe.main([a, c]), 1)  # gone
+
+class DoctestOutput(unittest.TestCase):
+    SAMPLE = """[doctest] doctest version is "2.4.9"
+===============================================================================
+../tests/test_cuda_model.cpp:289:
+TEST CASE:  golden on the GPU: static vs continuous, CUDA Graphs on and off, token-identical (each attention kernel)
+
+../tests/test_cuda_model.cpp:270: ERROR: test case THREW exception: no such file
+===============================================================================
+[doctest] test cases:  10 |  9 passed | 1 failed | 12 skipped
+[doctest] assertions:  32 | 32 passed | 0 failed |
+[doctest] Status: FAILURE!
+[doctest] test cases:   2 |  2 passed | 0 failed | 20 skipped
+[doctest] assertions: 904 | 903 passed | 1 failed |
+"""
+
+    def test_counts_and_failures(self):
+        c = tt.doctest_counts(self.SAMPLE)  # two processes' summaries, summed
+        self.assertEqual(c, {"cases": 12, "passed": 11, "failed": 1, "skipped": 32, "assertions": 936,
+                             "assertions_failed": 1})
+        self.assertIsNone(tt.doctest_counts("SKIP: no CUDA device\n"))
+        self.assertEqual(tt.doctest_failed_cases(self.SAMPLE),
+                         ["golden on the GPU: static vs continuous, CUDA Graphs on and off, token-identical "
+                          "(each attention kernel)"])
+
+
+def sh(script):
+    return lambda ctx: ["sh", "-c", script]
+
+
+class TimeKeeper(unittest.TestCase):
+    """tandem_tools.TimeKeeper: limits, skips, kills at the limit keeping what was written, the archive."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="tandem-keeper-test-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_steps(self):
+        out = os.path.join(self.tmp, "out")
+        def read(ctx, r):
+            with open(os.path.join(ctx.folder, "a.txt")) as f:
+                return f.read().strip()
+        steps = [
+            tt.TimedStep("ok", 5, sh('echo first > "$OUT/a.txt"'), read, keep=["a.txt"]),
+            # writes, leaves a grandchild, then runs past its limit: killed at 1 s, its file kept
+            tt.TimedStep("slow", 1, sh('sleep 60 & echo $! > "$OUT/child.pid"; echo partial > "$OUT/b.txt"; wait')),
+            tt.TimedStep("no device", 5, sh("exit 77"), lambda ctx, r: "exit %s seen" % r["rc"]),
+            tt.TimedStep("too long", 1000, sh("touch \"$OUT/never\"")),
+            tt.TimedStep("last", 1, sh("sleep 1.5"), stretch=True),  # may use what is left: not killed
+        ]
+        lines = []
+        keeper = tt.TimeKeeper(steps, 20, out, root=self.tmp, archive="k.tar.gz", title="== test",
+                               report=lambda results: "report after %d steps" % len(results), log=lines.append)
+        self.assertEqual(keeper.limits_line(),
+                         "limits: ok 5 s, slow 1 s, no device 5 s, too long 1000 s, last 1 s (or what is left, if "
+                         "more); sum 1012 s > 20")
+        r = keeper.run()
+        self.assertEqual([r[s.name]["status"] for s in steps], ["0", "124", "77", "skipped", "0"])
+        self.assertGreaterEqual(r["slow"]["used"], 1.0)
+        self.assertLess(r["slow"]["used"], 4.0)
+        self.assertGreater(r["last"]["limit"], 10)  # stretched to what was left of 20 s
+        self.assertEqual(r["ok"]["figures"], "first")
+        self.assertEqual(r["no device"]["figures"], "exit 77 seen")
+        self.assertRegex(r["too long"]["figures"], r"would not fit: \d+ s left of 20 s")
+        # the steps' folder is archived, then removed; the kept file and the table stay
+        self.assertEqual(sorted(os.listdir(out)), ["a.txt", "k.tar.gz", "progress.txt", "summary.txt"])
+        with tarfile.open(os.path.join(out, "k.tar.gz")) as tar:
+            names = tar.getnames()
+            self.assertIn("steps/ok/a.txt", names)
+            self.assertEqual(tar.extractfile("steps/slow/b.txt").read(), b"partial\n")
+            self.assertIn(b"killed at its limit of 1 s", tar.extractfile("steps/slow/slow.log").read())
+            self.assertNotIn("steps/too-long/never", names)
+            child = int(tar.extractfile("steps/slow/child.pid").read())
+        # the grandchild went with the step (gone, or a zombie waiting to be reaped)
+        try:
+            with open("/proc/%d/stat" % child) as f:
+                self.assertEqual(f.read().rsplit(")", 1)[1].split()[0], "Z")
+        except FileNotFoundError:
+            pass
+        with open(os.path.join(out, "summary.txt")) as f:
+            text = f.read()
+        rows = [l.split()[0] for l in text.splitlines()[2:7]]
+        self.assertEqual(rows, ["ok", "slow", "no", "too", "last"])  # in order, after the title and header
+        self.assertRegex(text, r"slow\s+1\s+\d\.\d\s+124")
+        self.assertRegex(text, r"too long\s+1000\s+-\s+skipped\s+would not fit")
+        self.assertIn("sum of the limits 1012 s (budget 20 s)", text)
+        self.assertIn("report after 5 steps", text)
+        with open(os.path.join(out, "progress.txt")) as f:
+            self.assertIn("sum 1012 s > 20", f.read())
+
+    def test_stop_on_sigterm(self):
+        """SIGTERM stops the step running; the table says so and is written, with the archive."""
+        import signal
+        import subprocess
+        import time
+        out = os.path.join(self.tmp, "out")
+        script = ("import sys; sys.path.insert(0, %r); import tandem_tools as tt\n"
+                  "steps = [tt.TimedStep('long', 60, lambda c: ['sh', '-c', 'echo started > \"$OUT/s.txt\"; sleep 60']),"
+                  " tt.TimedStep('after', 5, lambda c: ['true'])]\n"
+                  "r = tt.TimeKeeper(steps, 100, %r).run()\n"
+                  "print(r['long']['status'], r['after']['status'])\n" % (HERE, out))
+        p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True)
+        deadline = time.time() + 20
+        while not os.path.exists(os.path.join(out, "steps", "long", "s.txt")) and time.time() < deadline:
+            time.sleep(0.05)
+        t0 = time.time()
+        p.send_signal(signal.SIGTERM)
+        stdout, _ = p.communicate(timeout=20)
+        self.assertLess(time.time() - t0, 10)
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(stdout.strip(), "stopped not run")
+        with open(os.path.join(out, "summary.txt")) as f:
+            self.assertRegex(f.read(), r"after\s+5\s+-\s+not run\s+stopped before it")
+        with tarfile.open(os.path.join(out, "steps.tar.gz")) as tar:
+            self.assertEqual(tar.extractfile("steps/long/s.txt").read(), b"started\n")
+
 
 class RealRun(unittest.TestCase):
     def setUp(self):
