@@ -14,9 +14,12 @@ table of one layer. The targets (deterministic mode; the numerics contract holds
   prefill >= 60 % of the measured GEMM rate at 2k and 8k;
   faster than PyTorch at every shape; deterministic within 15 % of fast mode.
 A figure the run did not produce is "-", never a guess.
+As a module (tools/device-pending): build(DIR), render(table), mode_line(table, mode), and
+speedup/winners: which of #23's switches a run supports (SWITCHES).
 """
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -33,6 +36,17 @@ BASELINE_TORCH = {
 MODES = ["deterministic", "deterministic_split", "deterministic_mma_split", "deterministic_split_v2",
          "deterministic_own_split_v2",
          "deterministic_mma", "deterministic_pin64", "fast"]
+
+
+# The switches of #23: the engine setting, the bench_cuda mode that measures it, and the mode it
+# replaces (None: the 2026-11-30 baseline). v2 and own are measured over split attention, each
+# against the mode without it.
+SWITCHES = {
+    "split": ("engine.cuda_attention=split", "deterministic_split", None),
+    "mma_split": ("engine.cuda_attention=mma_split", "deterministic_mma_split", None),
+    "v2": ("engine.cuda_row_kernels=v2", "deterministic_split_v2", "deterministic_split"),
+    "own": ("engine.cuda_gemm=own", "deterministic_own_split_v2", "deterministic_split_v2"),
+}
 
 
 def load(path):
@@ -102,6 +116,67 @@ def build(d):
             rows.append(row)
     ops = load(os.path.join(d, "bench_ops.json")) or {}
     return {"ceilings": ceilings, "torch_source": torch_src, "rows": rows, "layer_ops": ops.get("layer_ops", [])}
+
+
+def speedup(t, mode, against=None):
+    """How many times faster `mode` is than `against` (a mode, or None: the 2026-11-30 baseline):
+    the geometric mean of their time ratios over the shapes both have (decode and prefill alike);
+    None when they share none."""
+    def times(m):
+        if m is None:
+            return {(k, size): ms for k in ("decode", "prefill") for size, ms in BASELINE[k].items()}
+        return {(r["kind"], r["size"]): r["ms"] for r in t["rows"] if r["mode"] == m and r["ms"]}
+    a, b = times(mode), times(against)
+    shared = [k for k in a if k in b and b[k]]
+    if not shared:
+        return None
+    return math.exp(sum(math.log(b[k] / a[k]) for k in shared) / len(shared))
+
+
+def winners(t, passed):
+    """Which switches this run supports, for a profile measured under them. A switch wins when its
+    correctness passed (passed[switch] true) and its mode is faster than what it replaces (speedup
+    above 1); of split and mma_split (one attention kernel) the faster wins. Returns (the settings,
+    KEY=VALUE, in SWITCHES' order; {switch: one line saying why}). passed[switch]: True, False
+    (failed) or None (not run)."""
+    why, won = {}, {}
+    for sw, (_, mode, against) in SWITCHES.items():
+        x = speedup(t, mode, against)
+        than = "the 2026-11-30 baseline" if against is None else against
+        figure = "no figures" if x is None else "%.2fx %s" % (x, than)
+        ok = passed.get(sw)
+        if not ok:
+            why[sw] = "correctness %s, %s: not chosen" % ("not run" if ok is None else "failed", figure)
+        elif x is None or x <= 1:
+            why[sw] = "correctness passed, %s: not chosen" % figure
+        else:
+            won[sw] = x
+            why[sw] = "correctness passed, %s: chosen" % figure
+    if "split" in won and "mma_split" in won:
+        slower = "split" if won["split"] < won["mma_split"] else "mma_split"
+        won.pop(slower)
+        why[slower] = why[slower].replace(": chosen", ": not chosen (the other split-KV kernel is faster)")
+    return [SWITCHES[sw][0] for sw in SWITCHES if sw in won], why
+
+
+def mode_line(t, mode):
+    """One line of a mode's figures for a summary: decode at batch 1, 64 and 256 and prefill at 2k and
+    8k (ms, share of the roofline or GEMM rate, the verdict against #23's target), and the speedup
+    over the 2026-11-30 baseline; '' when the mode has no rows."""
+    rows = {(r["kind"], r["size"]): r for r in t["rows"] if r["mode"] == mode}
+    parts = []
+    for kind, size, label in (("decode", 1, "b1"), ("decode", 64, "b64"), ("decode", 256, "b256"),
+                              ("prefill", 2048, "2k"), ("prefill", 8192, "8k")):
+        r = rows.get((kind, size))
+        if r:
+            share = "-" if r["share"] is None else "%.0f%%" % (100 * r["share"])
+            judged = "" if r["met"] is None else " " + verdict(r["met"])
+            parts.append("%s %s %s ms %s%s" % (kind if label in ("b1", "2k") else "", label, fmt(r["ms"]), share,
+                                               judged))
+    if not parts:
+        return ""
+    x = speedup(t, mode)
+    return ", ".join(p.strip() for p in parts) + ("; %.2fx the 2026-11-30 baseline" % x if x else "")
 
 
 def render(t):

@@ -356,6 +356,43 @@ class SpeedTable(unittest.TestCase):
             self.assertIn("missed", text)
             self.assertIn("deterministic", text)
 
+    def test_winners(self):
+        """A switch is chosen only when its correctness passed and its mode beat what it replaces."""
+        sys.path.insert(0, HERE)
+        import speed_table as st
+        base = st.BASELINE
+        with tempfile.TemporaryDirectory() as d:
+            top = {"device": "NVIDIA H200", "copy_tb_per_s": 4.2, "gemm_bf16_tflops": 800.0,
+                   "gemm_bf16_pinned_tflops": 790.0}
+
+            def mode(name, scale):  # every shape at `scale` times the 2026-11-30 baseline's time
+                self.write(d, "bench_cuda_%s.json" % name, dict(top, **{name: {
+                    "decode": [{"batch": b, "ms": ms * scale, "roofline_ms": 3.5} for b, ms in base["decode"].items()],
+                    "prefill": [{"tokens": t, "ms": ms * scale, "tflops": 100.0} for t, ms in base["prefill"].items()]}}))
+            mode("deterministic_split", 0.5)       # 2x the baseline
+            mode("deterministic_mma_split", 0.25)  # 4x
+            mode("deterministic_split_v2", 0.55)   # slower than split: v2 loses
+            mode("deterministic_own_split_v2", 0.5)
+            t = st.build(d)
+            self.assertAlmostEqual(st.speedup(t, "deterministic_split"), 2.0)
+            self.assertAlmostEqual(st.speedup(t, "deterministic_own_split_v2", "deterministic_split_v2"), 1.1)
+            all_passed = {"split": True, "mma_split": True, "v2": True, "own": True}
+            settings, why = st.winners(t, all_passed)
+            self.assertEqual(settings, ["engine.cuda_attention=mma_split", "engine.cuda_gemm=own"])
+            self.assertIn("the other split-KV kernel is faster", why["split"])
+            self.assertIn("0.91x deterministic_split: not chosen", why["v2"])
+            # mma_split's cases failed: split, the next fastest, is chosen; own not run: not chosen
+            settings, why = st.winners(t, dict(all_passed, mma_split=False, own=None))
+            self.assertEqual(settings, ["engine.cuda_attention=split"])
+            self.assertIn("correctness failed, 4.00x the 2026-11-30 baseline: not chosen", why["mma_split"])
+            self.assertIn("correctness not run", why["own"])
+            line = st.mode_line(t, "deterministic_split")
+            self.assertRegex(line, r"^decode b1 6\.93\d* ms \d+% (met|missed), b64 .*, prefill 2k 75\.25 ms")
+            self.assertTrue(line.endswith("; 2.00x the 2026-11-30 baseline"))
+        with tempfile.TemporaryDirectory() as d:  # no bench figures: the defaults
+            self.assertEqual(st.winners(st.build(d), all_passed)[0], [])
+            self.assertEqual(st.mode_line(st.build(d), "deterministic_split"), "")
+
     def test_missing_files(self):
         sys.path.insert(0, HERE)
         import speed_table as st
