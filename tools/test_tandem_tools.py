@@ -4,10 +4,12 @@ The last class runs build/tandem (a few requests of workloads/quickstart.yaml in
 folder) and is skipped when the binary is missing.
 """
 import contextlib
+import glob
 import io
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -556,6 +558,133 @@ class TimeKeeper(unittest.TestCase):
             self.assertRegex(f.read(), r"after\s+5\s+-\s+not run\s+stopped before it")
         with tarfile.open(os.path.join(out, "steps.tar.gz")) as tar:
             self.assertEqual(tar.extractfile("steps/long/s.txt").read(), b"started\n")
+
+
+def load_tool(name):
+    """A tools/ script without a .py suffix, as a module."""
+    from importlib.machinery import SourceFileLoader
+    import importlib.util
+    loader = SourceFileLoader(name.replace("-", "_"), os.path.join(HERE, name))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def doctest_matches(name, pattern):
+    """doctest's -tc matching: * and ? wildcards over the whole name, case-insensitive."""
+    rx = "".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern)
+    return re.fullmatch(rx, name, re.I | re.S) is not None
+
+
+class DevicePending(unittest.TestCase):
+    """tools/device-check --pending (tools/device-pending): #38's prepared call, within 480 s."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="tandem-pending-test-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_dry_run_plan(self):
+        import subprocess
+        out = os.path.join(self.tmp, "out")
+        r = subprocess.run([os.path.join(ROOT, "tools", "device-check"), "--pending", "--dry-run"], cwd=ROOT,
+                           env=dict(os.environ, OUT=out), capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.exists(out))  # nothing ran, nothing written
+        m = re.search(r"^limits: (.*); sum (\d+) s <= 480$", r.stdout, re.M)
+        self.assertIsNotNone(m, r.stdout)
+        total = int(m.group(2))
+        self.assertLessEqual(total, 480)
+        steps = re.findall(r"^\s*(\d+)\. (.+?) \(limit (\d+) s", r.stdout, re.M)
+        self.assertEqual(sum(int(s[2]) for s in steps), total)  # the printed sum is the steps' limits
+        self.assertEqual([int(s[0]) for s in steps], list(range(1, len(steps) + 1)))
+        names = [s[1] for s in steps]
+        kinds = [n.split()[0] for n in names]
+        self.assertEqual(names[0], "stage 4")  # what the project most needs to know first
+        self.assertEqual(kinds, ["stage"] + ["suite"] * 3 + ["bench"] * 4 + ["calibration"])
+        self.assertIn("tools/device-check --stage4", r.stdout)
+        self.assertIn("tools/device-calibrate --profile-only", r.stdout)
+        self.assertIn("timeout_s 540", r.stdout)
+        self.assertEqual(subprocess.run([os.path.join(ROOT, "tools", "device-pending"), "--bogus"],
+                                        capture_output=True).returncode, 2)
+
+    def test_suite_patterns_select_the_switches_cases(self):
+        """Each switch's -tc patterns select exactly the cases the tool expects in tests/test_cuda_*.cpp."""
+        dp = load_tool("device-pending")
+        names = []
+        for path in glob.glob(os.path.join(ROOT, "tests", "test_cuda_*.cpp")):
+            with open(path) as f:
+                for m in re.finditer(r'TEST_CASE\(\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\)', f.read()):
+                    names.append("".join(re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(1))))
+        self.assertGreater(len(names), 30)
+        covered = set()
+        for label, switches, limit, patterns, expected in dp.SUITE:
+            chosen = [n for n in names if any(doctest_matches(n, p) for p in patterns)]
+            self.assertEqual(len(chosen), expected, (label, chosen))
+            for p in patterns:  # no pattern is dead
+                self.assertTrue(any(doctest_matches(n, p) for n in names), p)
+            covered.update(switches)
+        self.assertEqual(covered, set(dp.speed_table.SWITCHES))  # every switch has its cases
+
+    def test_calibration_takes_the_winners(self):
+        """The calibration step's command: --set for each switch whose suite step ran every expected case
+        and passed and whose bench mode beat what it replaces; the defaults without bench figures."""
+        dp = load_tool("device-pending")
+        steps = dp.plan("build-device")
+        cal = steps[-1]
+        steps_dir = os.path.join(self.tmp, "steps")
+        os.makedirs(os.path.join(steps_dir, "suite"))
+        os.makedirs(os.path.join(steps_dir, "bench"))
+        results = {}
+        for step, rc, ran in ((steps[1], 0, None), (steps[2], 0, 1), (steps[3], 1, None)):  # v2 ran 1 of 3 cases
+            log = os.path.join(steps_dir, "suite", step.slug + ".log")
+            n = step.expected if ran is None else ran
+            with open(log, "w") as f:
+                f.write("[doctest] test cases: %d | %d passed | 0 failed | 20 skipped\n" % (n, n - (rc != 0)))
+            results[step.name] = {"status": str(rc), "rc": rc, "log": log}
+        ctx = tt.StepContext(cal, steps_dir, results)
+        self.assertEqual(cal.command(ctx), ["tools/device-calibrate", "--profile-only", "--budget", "50"])
+        top = {"device": "H200", "copy_tb_per_s": 4.2, "gemm_bf16_tflops": 800.0, "gemm_bf16_pinned_tflops": 790.0}
+        base = dp.speed_table.BASELINE
+        for mode, scale in (("deterministic_split", 0.5), ("deterministic_mma_split", 0.4),
+                            ("deterministic_split_v2", 0.25), ("deterministic_own_split_v2", 0.2)):
+            with open(os.path.join(steps_dir, "bench", "bench_cuda_%s.json" % mode), "w") as f:
+                json.dump(dict(top, **{mode: {"decode": [{"batch": b, "ms": ms * scale, "roofline_ms": 3.5}
+                                                         for b, ms in base["decode"].items()]}}), f)
+        # split and mma_split passed (mma_split faster); v2 ran too few cases; own failed
+        self.assertEqual(cal.command(ctx), ["tools/device-calibrate", "--profile-only", "--budget", "50",
+                                            "--set", "engine.cuda_attention=mma_split"])
+        text = dp.report(results, steps, steps_dir)
+        self.assertIn("v2        correctness failed", text)
+        self.assertIn("own       correctness failed", text)
+        self.assertIn("deterministic_own_split_v2", text)  # speed_table's table of the modes
+
+    def test_rehearsal_without_a_gpu(self):
+        """The real run on this machine's build, where there is no GPU: every step exits 77, the table
+        and the archive are written."""
+        import subprocess
+        build = os.path.dirname(TANDEM)
+        cuda_tests = os.path.join(build, "tests", "cuda_tests")
+        if not os.access(cuda_tests, os.X_OK):
+            self.skipTest("no CUDA backend in this build")
+        if subprocess.run([cuda_tests, "--list-test-cases"], capture_output=True).returncode != 77:
+            self.skipTest("a CUDA device is here: the rehearsal would run the real thing")
+        out = os.path.join(self.tmp, "out")
+        r = subprocess.run([os.path.join(ROOT, "tools", "device-check"), "--pending", "--build", build], cwd=ROOT,
+                           env=dict(os.environ, OUT=out), capture_output=True, text=True, timeout=110)
+        self.assertEqual(r.returncode, 77, r.stdout + r.stderr)
+        rows = re.findall(r"^(stage 4|suite \S+|bench \S+|calibration)\s+(\d+)\s+(\S+)\s+(\S+)", r.stdout, re.M)
+        self.assertEqual(len(rows), 9, r.stdout)
+        self.assertEqual({row[3] for row in rows}, {"77"}, r.stdout)
+        self.assertIn("the calibration ran under: the defaults", r.stdout)
+        self.assertEqual(sorted(os.listdir(out)), ["device-pending.tar.gz", "progress.txt", "summary.txt"])
+        with tarfile.open(os.path.join(out, "device-pending.tar.gz")) as tar:
+            names = tar.getnames()
+        for name in ("steps/stage4/cuda_pd_tests.log", "steps/stage4/summary.txt", "steps/suite/suite-v2.log",
+                     "steps/bench/bench-split.log", "steps/calibration/summary.txt", "summary.txt"):
+            self.assertIn(name, names)
 
 
 class RealRun(unittest.TestCase):
