@@ -482,6 +482,25 @@ ended() {
 expect 0 "" -- run "$g" "${cpu1[@]}" --clock wall --out "$s4/colo" --quiet --trace none
 expect 0 "" -- run "$g" "${cpu1[@]}" --clock wall "${pd[@]}" --out "$s4/child" --quiet --trace none
 timed "1P1D over tcp, child worker: output tokens as colocated, a transfer per request" golden_pd "$s4/child"
+# P and D at TP 1, 2 and 4 each: the worker re-lays each push out where the TPs differ (the KV
+# layouts travel in Hello and HelloOk); chunked at 61 with prefix hits on P. Colocated tokens.
+tp_matrix() {
+  local p d bad=0
+  for p in 1 2 4; do
+    for d in 1 2 4; do
+      if ! "$tandem" run "$g" "${cpu1[@]}" --clock wall "${pd[@]}" --set disaggregation.prefill.tp=$p \
+        --set disaggregation.decode.tp=$d --set engine.max_num_batched_tokens=61 --out "$s4/tp$p$d" --quiet \
+        --trace none >"$s4/tp$p$d.err" 2>&1; then
+        echo "    P tp $p, D tp $d: the run failed: $(head -3 "$s4/tp$p$d.err")"
+        bad=1
+        continue
+      fi
+      golden_pd "$s4/tp$p$d" || bad=1  # (the folder tpPD names the P and D TP)
+    done
+  done
+  return $bad
+}
+timed "1P1D over tcp, P and D at TP 1/2/4 each (9 runs): output tokens as colocated, a transfer per request" tp_matrix
 # ... against a standalone worker behind a secret, which a wrong secret, a client without one
 # and garbage before authentication do not bring down.
 start_worker auth --secret-file "$s4/secret"
