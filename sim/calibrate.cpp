@@ -220,9 +220,12 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
       "quick", po::bool_switch(), "grid: a smaller grid")(
       "accept-noisy", po::bool_switch(),
       "grid: write the profile even when its repetitions disagree or the reference step moved (contention)")(
-      "channel", po::bool_switch(), "the workload's prefill/decode KV channel: latency and bandwidth (--workload W.yaml)")(
+      "channel", po::bool_switch(),
+      "the workload's prefill/decode KV channel: its time per transfer size (--workload W.yaml)")(
       "from-run", po::value<std::string>(), "with --channel: fit on a served run's transfers (its --out folder)")(
-      "help,h", po::bool_switch(), "this help");
+      "set", po::value<std::vector<std::string>>()->composing(),
+      "with --channel: KEY=VALUE over the workload, as tandem run's (repeatable)")("help,h", po::bool_switch(),
+                                                                                   "this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
   po::notify(vm);
@@ -230,7 +233,9 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
     std::cout
         << "usage: tandem calibrate --backend cpu|cuda --model PRESET [--workload W.yaml ...] --out PROFILE.yaml\n"
            "       tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml\n"
-           "       tandem calibrate --channel --backend cpu|cuda --workload W.yaml --out CHANNEL.yaml [--reps N]\n"
+           "       tandem calibrate --channel --backend cpu|cuda --workload W.yaml [--set KEY=VALUE ...] --out "
+           "CHANNEL.yaml "
+           "[--reps N]\n"
            "       tandem calibrate --channel --from-run RUN_DIR --out CHANNEL.yaml\n"
         << opts;
     return 0;
@@ -249,15 +254,19 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
     return calibrate_channel_from_run(vm["from-run"].as<std::string>(), vm["out"].as<std::string>());
   }
   if (vm.count("from-run")) throw InputError("calibrate: --from-run goes with --channel");
+  if (vm.count("set") && (!vm["channel"].as<bool>() || vm.count("from-run")))
+    throw InputError("calibrate: --set goes with --channel --workload W.yaml");
   if (vm["channel"].as<bool>()) {
     if (grid || !vm.count("workload") || vm["workload"].as<std::vector<std::string>>().size() != 1 || !vm.count("out"))
       throw InputError("calibrate --channel: give one --workload W.yaml (its disaggregation.channel) and --out CHANNEL.yaml");
     if (const int reps = vm["reps"].as<int>(); reps < 1 || reps > 1000)
       throw InputError(fmt::format("calibrate: --reps {}: must be in [1, 1000]", reps));
     if (backend == "cpu") cpu::set_threads(vm["threads"].as<int>());
-    return calibrate_channel(vm["workload"].as<std::vector<std::string>>()[0], backend,
-                             backend == "cpu" ? nullptr : &factory->second, vm["threads"].as<int>(),
-                             vm["reps"].as<int>(), vm["out"].as<std::string>());
+    return calibrate_channel(
+        vm["workload"].as<std::vector<std::string>>()[0],
+        vm.count("set") ? parse_sets(vm["set"].as<std::vector<std::string>>()) : std::vector<Override>{}, backend,
+        backend == "cpu" ? nullptr : &factory->second, vm["threads"].as<int>(), vm["reps"].as<int>(),
+        vm["out"].as<std::string>());
   }
   if (!grid && !vm.count("workload"))
     throw InputError("calibrate: give --model PRESET (per-operator profile) or --workload W.yaml (linear fit)");

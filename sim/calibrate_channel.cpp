@@ -38,7 +38,8 @@ Duration one_transfer(kv_channel_i& ch, Inbox& inbox, const KvTransfer& t) {
 }
 
 int write_channel_profile(const std::vector<std::pair<double, double>>& points, const std::string& kind,
-                          const std::string& source, const std::string& out_path) {
+                          const std::string& source, const std::string& out_path,
+                          const std::vector<SizePoint>& table = {}) {
   // Least squares in relative terms (each point weighted by 1 / time^2), so that the small
   // transfers count as much as the large ones: seconds = a + bytes / bandwidth.
   double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -65,12 +66,26 @@ int write_channel_profile(const std::vector<std::pair<double, double>>& points, 
   std::ofstream out(out_path);
   out << fmt::format(
       "# KV channel profile: {}\n"
-      "# {} sizes from {} to {} bytes; fit error up to {:.1f}%\n"
+      "# {} sizes from {} to {} bytes; line fit error up to {:.1f}%\n"
       "# use: disaggregation.channel.profile: {}\n"
-      "kind: {}\nbandwidth_gbs: {:.6g}\nlatency_us: {:.6g}\n",
+      "kind: {}\n",
       source, points.size(), int64_t(points.front().first), int64_t(points.back().first), 100 * fit.max_rel_error,
-      out_path, kind,
-      fit.bandwidth_bytes_per_s / 1e9, fit.latency_s * 1e6);
+      out_path, kind);
+  if (table.empty()) {
+    out << fmt::format("bandwidth_gbs: {:.6g}\nlatency_us: {:.6g}\n", fit.bandwidth_bytes_per_s / 1e9,
+                       fit.latency_s * 1e6);
+  } else {
+    // The table prices a transfer (no line fits a real channel's sizes); the line is a comment.
+    out << fmt::format("# the line fit, for reference: latency {:.6g} us, bandwidth {:.6g} GB/s\n", fit.latency_s * 1e6,
+                       fit.bandwidth_bytes_per_s / 1e9);
+    out << "# per size: [bytes, seconds (the medians made non-decreasing: adjacent violators pooled)]  # blocks, "
+           "measured median, IQR / median\n"
+           "table:\n";
+    const std::vector<double> priced = non_decreasing(table);
+    for (size_t i = 0; i < table.size(); ++i)
+      out << fmt::format("  - [{:.0f}, {:.6g}]  # {} blocks, {:.6g} s, IQR {:.1f}%\n", table[i].bytes, priced[i],
+                         table[i].blocks, table[i].median_s, 100 * table[i].spread);
+  }
   if (!out) throw std::runtime_error(fmt::format("calibrate --channel: cannot write {}", out_path));
   fmt::print("wrote {}\n", out_path);
   return 0;
@@ -78,9 +93,34 @@ int write_channel_profile(const std::vector<std::pair<double, double>>& points, 
 
 }  // namespace
 
-int calibrate_channel(const std::string& workload, const std::string& backend, const ExecutorFactory* cuda, int threads,
-                      int reps, const std::string& out_path) {
-  Workload w = load_workload(workload, {{"disaggregation.enabled", "true"}});
+// The medians made non-decreasing in size (a larger transfer does not take less time) by
+// pooling adjacent violators: a run of sizes that decreases gets its mean, so one slow
+// repetition's median does not lift every larger size, as a running maximum would.
+std::vector<double> non_decreasing(const std::vector<SizePoint>& table) {
+  struct Pool {
+    double sum;
+    size_t n;
+  };
+  std::vector<Pool> pools;
+  for (const SizePoint& p : table) {
+    pools.push_back({p.median_s, 1});
+    while (pools.size() > 1 && pools[pools.size() - 2].sum / double(pools[pools.size() - 2].n) >
+                                   pools.back().sum / double(pools.back().n)) {
+      pools[pools.size() - 2].sum += pools.back().sum;
+      pools[pools.size() - 2].n += pools.back().n;
+      pools.pop_back();
+    }
+  }
+  std::vector<double> out;
+  for (const Pool& p : pools) out.insert(out.end(), p.n, p.sum / double(p.n));
+  return out;
+}
+
+int calibrate_channel(const std::string& workload, const std::vector<Override>& sets, const std::string& backend,
+                      const ExecutorFactory* cuda, int threads, int reps, const std::string& out_path) {
+  std::vector<Override> overrides = sets;
+  overrides.push_back({"disaggregation.enabled", "true"});
+  Workload w = load_workload(workload, overrides);
   const std::string kind = w.disaggregation.channel.kind;
   if (backend == "sim" || kind == "sim")
     throw InputError("calibrate --channel measures a real channel: --backend cpu or cuda, channel kind copy, tcp or nccl");
@@ -98,11 +138,22 @@ int calibrate_channel(const std::string& workload, const std::string& backend, c
   std::vector<int32_t> blocks(static_cast<size_t>(most));
   for (int32_t i = 0; i < most; ++i) blocks[size_t(i)] = i;
   std::vector<std::pair<double, double>> points;  // (bytes, seconds): the median of the repetitions per size
+  std::vector<SizePoint> table;
   uint64_t ticket = 1;
-  fmt::print("calibrate --channel: {} over {}, block {} tokens, 1..{} blocks, {} repetitions each\n", kind, backend, bs,
-             most, reps);
-  fmt::print("{:>8} {:>14} {:>12} {:>10}\n", "blocks", "bytes", "median ms", "GB/s");
-  for (int32_t n = 1;; n = std::min(most, n * 2)) {
+  // Sizes 1, 2, 3, 4, 6, 8, 12, 16, ...: two a doubling, so that the table follows the bends
+  // (caches) between them; the largest size too.
+  std::vector<int32_t> sizes;
+  for (int32_t p = 1; p <= most; p *= 2) {
+    sizes.push_back(p);
+    if (p >= 2 && p + p / 2 <= most) sizes.push_back(p + p / 2);
+  }
+  if (sizes.back() != most) sizes.push_back(most);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  fmt::print("calibrate --channel: {} over {}, block {} tokens, {} sizes of 1..{} blocks, {} repetitions each\n", kind,
+             backend, bs, sizes.size(), most, reps);
+  fmt::print("{:>8} {:>14} {:>12} {:>10} {:>10}\n", "blocks", "bytes", "median ms", "GB/s", "IQR/med");
+  for (const int32_t n : sizes) {
     const std::span<const int32_t> b(blocks.data(), size_t(n));
     std::vector<double> t;
     int64_t bytes = 0;
@@ -114,16 +165,18 @@ int calibrate_channel(const std::string& workload, const std::string& backend, c
     }
     std::sort(t.begin(), t.end());
     const double med = t[t.size() / 2];
+    const double spread = med > 0 ? (t[t.size() * 3 / 4] - t[t.size() / 4]) / med : 0;
     points.push_back({double(bytes), med});
-    fmt::print("{:>8} {:>14} {:>12.4f} {:>10.3f}\n", n, bytes, med * 1e3, double(bytes) / med / 1e9);
-    if (n == most) break;
+    table.push_back({n, double(bytes), med, spread});
+    fmt::print("{:>8} {:>14} {:>12.4f} {:>10.3f} {:>9.1f}%\n", n, bytes, med * 1e3, double(bytes) / med / 1e9,
+               100 * spread);
   }
   if (run.remote) run.remote->detach();
   return write_channel_profile(points, kind,
                                fmt::format("tandem calibrate --channel --backend {} --workload {}; measured on an idle "
                                            "pair of instances, transfers of 1 to {} blocks",
                                            backend, workload, most),
-                               out_path);
+                               out_path, table);
 }
 
 int calibrate_channel_from_run(const std::string& run_dir, const std::string& out_path) {

@@ -1,14 +1,29 @@
 // `tandem calibrate --channel`: measures the workload's KV channel (copy, or tcp to a decode
-// worker) on an idle pair of instances, transfers of 1 block up to a quarter of the decode
-// cache, and fits time = latency + bytes / bandwidth by least squares. The result is a channel
-// profile (disaggregation.channel.profile), so that the simulated backend prices a transfer as
-// the measured channel moves it.
+// worker) on an idle pair of instances, transfers of 1 block up to the workload's longest prompt
+// (at most a quarter of the decode cache), two sizes a doubling, and writes a table of the
+// median time per size (with each size's spread), so that the simulated backend prices a
+// transfer as the measured channel moved it. The least-squares line time = latency + bytes /
+// bandwidth is printed beside it: a real channel rarely follows one (caches).
 #pragma once
 #include <string>
+#include <vector>
 
 #include "sim/executors.h"
 
 namespace tandem {
+
+// One size of an idle channel's calibration: the median of its repetitions and their spread
+// (interquartile range / median: a stray slow repetition, a page fault or another process, does
+// not make a size look noisy).
+struct SizePoint {
+  int32_t blocks = 0;
+  double bytes = 0, median_s = 0, spread = 0;
+};
+
+// The medians of `table`, made non-decreasing in size (a larger transfer does not take less
+// time) by pooling adjacent violators: a decreasing run of sizes gets its mean, so one slow
+// size does not lift every larger one, as a running maximum would. What the profile's table holds.
+std::vector<double> non_decreasing(const std::vector<SizePoint>& table);
 
 struct ChannelFit {
   double latency_s = 0, bandwidth_bytes_per_s = 0;
@@ -20,7 +35,7 @@ struct ChannelFit {
 // contention, the other process's steps), as `calibrate --workload` learns step costs.
 int calibrate_channel_from_run(const std::string& run_dir, const std::string& out_path);
 
-int calibrate_channel(const std::string& workload, const std::string& backend, const ExecutorFactory* cuda, int threads,
-                      int reps, const std::string& out_path);
+int calibrate_channel(const std::string& workload, const std::vector<Override>& sets, const std::string& backend,
+                      const ExecutorFactory* cuda, int threads, int reps, const std::string& out_path);
 
 }  // namespace tandem

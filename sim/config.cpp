@@ -194,6 +194,16 @@ int32_t resolve_kv_blocks(const Workload& w, const Field& engine) {
 
 }  // namespace
 
+std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
+  std::vector<Override> out;
+  for (const auto& s : sets) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) throw InputError(fmt::format("--set {}: expected KEY=VALUE", s));
+    out.push_back({s.substr(0, eq), s.substr(eq + 1)});
+  }
+  return out;
+}
+
 Workload parse_workload(const std::string& text, const std::string& path, const std::vector<Override>& overrides) {
   YamlSource src{path, {}, {}};
   // A second document ('---') would be ignored without a word: refused.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/specs.h"
+#include "backend/transfer/channel.h"
 #include "core/error.h"
 #include "policies/scheduler.h"
 
@@ -117,7 +118,10 @@ struct ChannelSpec {
   double timeout_ms = 30000;    // a transfer or a worker reply that takes longer fails the request
   std::string peer;             // tcp: HOST:PORT of a `tandem worker` already listening; empty: start one
   std::string secret_file;      // tcp: shared secret both sides prove (required off loopback)
-  std::string profile;          // a measured channel (tandem calibrate --channel): bandwidth and latency
+  std::string profile;          // a measured channel (tandem calibrate --channel): its table, or bandwidth and latency
+  // Measured transfer times by size (ChannelModel::table): given, the simulated backend prices a
+  // transfer by it instead of latency + bytes / bandwidth.
+  std::vector<ChannelPoint> table;
 };
 struct DisaggregationSpec {
   bool enabled = false;  // false: stage 3 exactly (one colocated instance)
@@ -146,6 +150,8 @@ struct Workload {
 struct Override {
   std::string key, value;
 };
+// The --set options of a command: each KEY=VALUE (InputError naming the option otherwise).
+std::vector<Override> parse_sets(const std::vector<std::string>& sets);
 
 // Parse and check a workload file, applying `--set key=value` overrides first.
 // Throws InputError with file:line:column and the field.

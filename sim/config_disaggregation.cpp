@@ -35,13 +35,36 @@ InstanceOverrides parse_overrides(const Field& f, const EngineSpec& e, const Mod
   return o;
 }
 
-// The file tandem calibrate --channel writes: kind, bandwidth_gbs, latency_us.
+// A channel's measured times: [[bytes, seconds], ...], bytes strictly increasing, seconds
+// positive and never decreasing (a larger transfer does not take less time).
+std::vector<ChannelPoint> parse_channel_table(const Field& f) {
+  if (!f.is_seq() || f.items().empty()) f.fail("a list of [bytes, seconds] pairs (at least one)");
+  std::vector<ChannelPoint> t;
+  for (const Field& p : f.items()) {
+    if (!p.is_seq() || p.items().size() != 2) p.fail("a [bytes, seconds] pair");
+    const ChannelPoint c{p.items()[0].as_double(1, 1e15), p.items()[1].as_double(1e-12, 1e6)};
+    if (!t.empty() && c.bytes <= t.back().bytes)
+      p.fail(fmt::format("bytes must increase ({} after {})", c.bytes, t.back().bytes));
+    if (!t.empty() && c.seconds < t.back().seconds)
+      p.fail(fmt::format("seconds must not decrease ({} after {})", c.seconds, t.back().seconds));
+    t.push_back(c);
+  }
+  return t;
+}
+
+// The file tandem calibrate --channel writes: kind, a table of measured times, and the line fit
+// (bandwidth_gbs, latency_us) of older profiles.
 void read_channel_profile(const Field& f, ChannelSpec& ch) {
   YAML::Node n;
   try {
     n = YAML::LoadFile(ch.profile);
   } catch (const YAML::Exception& e) {
     f.fail(fmt::format("{}: not a channel profile: {}", ch.profile, e.what()));
+  }
+  if (n.IsMap() && n["table"]) {
+    const YamlSource src{ch.profile, {}, {}};  // the profile's own file:line:column in messages
+    ch.table = parse_channel_table(Field(n["table"], "table", &src));
+    return;
   }
   const auto number = [&](const char* key, double lo, double hi) {
     double v = 0;
@@ -80,7 +103,8 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
   d.decode = parse_overrides(f["decode"], engine, model);
   if (f.has("channel")) {
     const Field c = f["channel"];
-    c.expect_map({"kind", "bandwidth_gbs", "latency_us", "layerwise", "timeout_ms", "peer", "secret_file", "profile"});
+    c.expect_map(
+        {"kind", "bandwidth_gbs", "latency_us", "table", "layerwise", "timeout_ms", "peer", "secret_file", "profile"});
     ChannelSpec& ch = d.channel;
     ch.kind = c.get_string("kind", ch.kind);
     if (ch.kind != "sim" && ch.kind != "copy" && ch.kind != "tcp" && ch.kind != "nccl")
@@ -94,8 +118,13 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
     }
     ch.bandwidth_gbs = c.get_double("bandwidth_gbs", ch.bandwidth_gbs, 1e-6, 1e6);
     ch.latency_us = c.get_double("latency_us", ch.latency_us, 0, 1e9);
-    if (c.has("profile") && (c.has("bandwidth_gbs") || c.has("latency_us")))
-      c["profile"].fail("give a channel profile or bandwidth_gbs/latency_us, not both");
+    if (c.has("profile") && (c.has("bandwidth_gbs") || c.has("latency_us") || c.has("table")))
+      c["profile"].fail("give a channel profile, a table or bandwidth_gbs/latency_us, not two of them");
+    if (c.has("table")) {
+      if (c.has("bandwidth_gbs") || c.has("latency_us"))
+        c["table"].fail("give a table or bandwidth_gbs/latency_us, not both (the table's times include the latency)");
+      ch.table = parse_channel_table(c["table"]);
+    }
     if (c.has("layerwise")) ch.layerwise = c["layerwise"].as_bool();
     ch.timeout_ms = c.get_double("timeout_ms", ch.timeout_ms, 1, 1e9);
     ch.peer = c.get_string("peer", "");
@@ -130,8 +159,21 @@ YAML::Node disaggregation_yaml(const DisaggregationSpec& d) {
   n["decode"] = overrides_yaml(d.decode);
   YAML::Node c;
   c["kind"] = d.channel.kind;
-  c["bandwidth_gbs"] = yaml_number(d.channel.bandwidth_gbs);
-  c["latency_us"] = yaml_number(d.channel.latency_us);
+  if (d.channel.table.empty()) {
+    c["bandwidth_gbs"] = yaml_number(d.channel.bandwidth_gbs);
+    c["latency_us"] = yaml_number(d.channel.latency_us);
+  } else {
+    YAML::Node t(YAML::NodeType::Sequence);
+    for (const ChannelPoint& p : d.channel.table) {
+      YAML::Node pair(YAML::NodeType::Sequence);
+      pair.push_back(yaml_number(p.bytes));
+      pair.push_back(yaml_number(p.seconds));
+      pair.SetStyle(YAML::EmitterStyle::Flow);
+      t.push_back(pair);
+    }
+    t.SetStyle(YAML::EmitterStyle::Flow);
+    c["table"] = t;
+  }
   c["layerwise"] = d.channel.layerwise;
   c["timeout_ms"] = yaml_number(d.channel.timeout_ms);
   if (!d.channel.peer.empty()) c["peer"] = d.channel.peer;

@@ -18,7 +18,8 @@ ChannelModel channel_model(const Workload& w) {
           .layerwise = c.layerwise,
           .layers = w.model.layers,
           .bytes_per_token = w.model.kv_bytes_per_token(),
-          .block_size = w.engine.block_size};
+          .block_size = w.engine.block_size,
+          .table = c.table};
 }
 }  // namespace
 

@@ -44,20 +44,13 @@ constexpr const char* kUsage =
     "residuals)\n"
     "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml  # linear "
     "fit\n"
+    "  tandem calibrate --channel --backend cpu|cuda --workload W.yaml [--set KEY=VALUE ...] --out CHANNEL.yaml  # KV "
+    "channel\n"
+    "  tandem calibrate --channel --from-run RUN_DIR --out CHANNEL.yaml\n"
     "  tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [--max-tokens N] [--logits-out FILE]\n"
     "  tandem sweep SWEEP.yaml [--out DIR] [-j N]   # a grid of knobs, at rates or searched for capacity\n"
     "  tandem worker --listen HOST:PORT [--backend cpu|cuda] [--threads N] [--secret-file F]   # 1P1D decode over "
     "tcp\n";
-
-std::vector<Override> parse_sets(const std::vector<std::string>& sets) {
-  std::vector<Override> out;
-  for (const auto& s : sets) {
-    const size_t eq = s.find('=');
-    if (eq == std::string::npos || eq == 0) throw InputError(fmt::format("--set {}: expected KEY=VALUE", s));
-    out.push_back({s.substr(0, eq), s.substr(eq + 1)});
-  }
-  return out;
-}
 
 // `tandem validate`: the resolved workload (itself a valid workload), and the bound.
 int validate_workload(const Workload& w, bool with_prefix_bound) {

@@ -629,8 +629,20 @@ expect 0 "" -- run "$q" --set disaggregation.enabled=true --set "disaggregation.
   --out "$s4/sim3b" --quiet --trace none
 check "a run priced with the fitted profile moves the same transfers in the same times" \
   cmp "$s4/sim3/requests.csv" "$s4/sim3b/requests.csv"
-expect 2 "give a channel profile or bandwidth_gbs/latency_us, not both" -- run "$q" --set disaggregation.enabled=true \
-  --set "disaggregation.channel.profile=$s4/ch3.yaml" --set disaggregation.channel.bandwidth_gbs=3
+expect 2 "give a channel profile, a table or bandwidth_gbs/latency_us, not two of them" -- run "$q" \
+  --set disaggregation.enabled=true --set "disaggregation.channel.profile=$s4/ch3.yaml" \
+  --set disaggregation.channel.bandwidth_gbs=3
+# calibrate --channel on an idle pair writes a table of measured times by size (two sizes a
+# doubling, each with its spread); a simulated run prices its transfers by it; validate prints it.
+expect 0 "IQR/med" -- calibrate --channel --backend cpu --threads 1 --workload "$g" \
+  --set disaggregation.channel.kind=copy --reps 3 --out "$s4/copy-table.yaml"
+check "the channel profile holds a table, sizes 1, 2, 3, 4, 6 ... blocks" \
+  bash -c "grep -q '^table:' '$s4/copy-table.yaml' && [ \$(grep -c '^  - \[' '$s4/copy-table.yaml') -ge 8 ] &&
+           grep -q '# 3 blocks' '$s4/copy-table.yaml'"
+expect 0 "disaggregation \\(sim channel\\): [0-9]+ transfers started" -- run "$g" --set disaggregation.enabled=true \
+  --set "disaggregation.channel.profile=$s4/copy-table.yaml"
+expect 0 "    table: \\[\\[" -- validate "$g" --set disaggregation.enabled=true --set "disaggregation.channel.profile=$s4/copy-table.yaml"
+expect 2 "calibrate: --set goes with --channel --workload W.yaml" -- calibrate --backend cpu --model tiny --set a=1 --out "$s4/x.yaml"
 check "no disaggregation in summary.json when it is off" bash -c "! grep -q '\"disaggregation\"' '$tmp/a/summary.json'"
 "$tandem" validate "$q" >"$s4/off.yaml" 2>&1
 "$tandem" validate "$src/workloads/stage4_pd.yaml" >"$s4/off2.yaml" 2>&1

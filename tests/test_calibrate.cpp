@@ -8,6 +8,7 @@
 #include "backend/cost_model.h"
 #include "core/rng.h"
 #include "sim/calibrate.h"
+#include "sim/calibrate_channel.h"
 #include "sim/config.h"
 
 using namespace tandem;
@@ -104,4 +105,17 @@ requests: {count: 1, arrival: {process: burst}, prompt_len: 10, output_len: 2}
   } catch (const InputError& e) {
     CHECK(std::string(e.what()).find("fitted on model 'tiny'") != std::string::npos);
   }
+}
+
+TEST_CASE("a channel table's medians are made non-decreasing by pooling adjacent violators, not a running maximum") {
+  const auto pts = [](std::initializer_list<double> s) {
+    std::vector<SizePoint> t;
+    int32_t b = 1;
+    for (double v : s) t.push_back({b, double(b) * 1000, v, 0}), b *= 2;
+    return t;
+  };
+  CHECK(non_decreasing(pts({1, 2, 3})) == std::vector<double>{1, 2, 3});
+  // One slow size (8) between 2 and 3: pooled with the sizes it exceeds, not lifting all after it.
+  CHECK(non_decreasing(pts({1, 8, 2, 3, 10})) == std::vector<double>{1, 13.0 / 3, 13.0 / 3, 13.0 / 3, 10});
+  CHECK(non_decreasing(pts({4, 2})) == std::vector<double>{3, 3});
 }

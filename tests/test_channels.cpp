@@ -188,3 +188,18 @@ TEST_CASE("copy channel: the layouts are compared before any block moves; a TP d
   refused(l, "block order");
   refused(bytes_layout(2, 2, 1), "KV heads");
 }
+
+TEST_CASE("sim channel priced by a measured table: interpolated in bytes, no separate latency, the link held") {
+  // 1 block (16,000 bytes) 10 us, 2 blocks 12 us, 4 blocks 40 us: no latency + bandwidth line
+  // goes through these (the cache bends it).
+  ChannelModel m = model();
+  m.table = {{16'000, 10e-6}, {32'000, 12e-6}, {64'000, 40e-6}};
+  CHECK(table_seconds(m.table, 16'000) == doctest::Approx(10e-6));
+  CHECK(table_seconds(m.table, 48'000) == doctest::Approx(26e-6));  // halfway between 12 and 40
+  CHECK(table_seconds(m.table, 8'000) == doctest::Approx(5e-6));    // below the first point: its rate
+  CHECK(table_seconds(m.table, 96'000) == doctest::Approx(68e-6));  // past the last: the last segment's rate
+  SimChannel ch(m);
+  CHECK(ch.start(at(0, 48)).elapsed == 26'000);           // 3 blocks; no latency added
+  CHECK(ch.start(at(0, 16)).elapsed == 26'000 + 10'000);  // queued behind it on the link
+  CHECK(m.latency() == 0);
+}

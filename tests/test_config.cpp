@@ -480,3 +480,22 @@ TEST_CASE("prompt block hashes: shared blocks chained, the request's own blocks 
   hash_prompt_blocks(set.requests[0], tok, 16, root_block_hash(w2), c);
   CHECK_FALSE(c[0] == a[0]);
 }
+
+TEST_CASE("disaggregation.channel.table: measured times by size, checked, round-tripped, exclusive with a line") {
+  const std::string pd = std::string(kBase) + "disaggregation: {enabled: true, channel: {kind: copy, table: ";
+  const Workload w = parse_workload(pd + "[[65536, 2.5e-6], [131072, 5e-6], [4194304, 7.5e-4]]}}\n", "w.yaml");
+  REQUIRE(w.disaggregation.channel.table.size() == 3);
+  CHECK(w.disaggregation.channel.table[2] == ChannelPoint{4194304, 7.5e-4});
+  const std::string resolved = to_yaml(w);
+  CHECK(resolved.find("table: [[65536, 2.5e-06], [131072, 5e-06], [4194304, 0.00075]]") != std::string::npos);
+  CHECK(resolved.find("    bandwidth_gbs") == std::string::npos);  // not used with a table: not printed
+  CHECK(parse_workload(resolved, "resolved.yaml").disaggregation.channel.table == w.disaggregation.channel.table);
+  CHECK(error_of(pd + "[[131072, 5e-6], [65536, 2.5e-6]]}}\n")
+            .find("field 'disaggregation.channel.table[1]': bytes must increase (65536 after 131072)") !=
+        std::string::npos);
+  CHECK(error_of(pd + "[[65536, 5e-6], [131072, 2.5e-6]]}}\n").find("seconds must not decrease") != std::string::npos);
+  CHECK(error_of(pd + "[[65536]]}}\n").find("a [bytes, seconds] pair") != std::string::npos);
+  CHECK(error_of(pd + "[]}}\n").find("at least one") != std::string::npos);
+  CHECK(error_of(pd + "[[65536, 2.5e-6]], bandwidth_gbs: 3}}\n").find("give a table or bandwidth_gbs/latency_us") !=
+        std::string::npos);
+}

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/request.h"
 #include "core/time.h"
@@ -52,6 +53,13 @@ class kv_channel_i {
   virtual bool abort(uint64_t ticket, Time now) = 0;
 };
 
+// A measured transfer time: a transfer of `bytes` took `seconds`, latency included (the median of
+// an idle channel's repetitions, tandem calibrate --channel).
+struct ChannelPoint {
+  double bytes = 0, seconds = 0;
+  bool operator==(const ChannelPoint&) const = default;
+};
+
 // The sim channel's parameters (disaggregation.channel in a workload).
 struct ChannelModel {
   double bandwidth_bytes_per_s = 25e9;  // 200 Gb/s, one RDMA NIC
@@ -60,11 +68,19 @@ struct ChannelModel {
   int32_t layers = 1;      // the model's, for the layer-wise overlap
   double bytes_per_token = 0;
   int32_t block_size = 16;
+  // Measured times by size (bytes strictly increasing). Non-empty: a transfer's whole time is
+  // read off it (piecewise linear in bytes; past the last point, at the last segment's rate) and
+  // the link is held for all of it; bandwidth and latency are not used. A real channel's time is
+  // rarely a line: the CPU copy runs from ~20 GB/s for a block in cache to ~4 GB/s for 100 blocks.
+  std::vector<ChannelPoint> table{};
   // Whole blocks move (a partly filled last block too), as a real channel moves them.
   int64_t bytes(int32_t num_tokens) const;
-  // The link's busy time for one transfer: bytes / bandwidth.
+  // The link's busy time for one transfer: bytes / bandwidth, or the table's time.
   Duration wire_time(int32_t num_tokens) const;
-  Duration latency() const { return from_seconds(latency_s); }
+  Duration latency() const { return table.empty() ? from_seconds(latency_s) : 0; }
 };
+
+// The time a transfer of `bytes` takes by the table (see ChannelModel::table); 0 for an empty one.
+double table_seconds(std::span<const ChannelPoint> table, double bytes);
 
 }  // namespace tandem

@@ -17,7 +17,21 @@ int64_t ChannelModel::bytes(int32_t num_tokens) const {
   return int64_t(std::llround(double(blocks) * block_size * bytes_per_token));
 }
 
+double table_seconds(std::span<const ChannelPoint> table, double bytes) {
+  if (table.empty()) return 0;
+  if (table.size() == 1 || bytes <= table.front().bytes)  // below the first point: at its rate
+    return table.front().seconds * bytes / table.front().bytes;
+  auto hi =
+      std::lower_bound(table.begin(), table.end(), bytes, [](const ChannelPoint& p, double b) { return p.bytes < b; });
+  if (hi == table.end()) hi = std::prev(table.end());  // past the last point: the last segment's rate
+  const ChannelPoint& a = *std::prev(hi);
+  const ChannelPoint& b = *hi;
+  const double rate = (b.seconds - a.seconds) / (b.bytes - a.bytes);
+  return std::max(0.0, a.seconds + (bytes - a.bytes) * rate);
+}
+
 Duration ChannelModel::wire_time(int32_t num_tokens) const {
+  if (!table.empty()) return from_seconds(table_seconds(table, double(bytes(num_tokens))));
   return from_seconds(double(bytes(num_tokens)) / bandwidth_bytes_per_s);
 }
 
