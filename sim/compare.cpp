@@ -45,15 +45,14 @@ nlohmann::json load_summary(const std::string& dir) {
   }
   if (!j.is_object())
     throw InputError(fmt::format("{}: expected a JSON object (a summary.json written by tandem run --out)", path));
-  // The stable metrics (README, Outputs) must be there, as numbers; without them the
-  // comparison would print nan.
+  // The stable metrics (README, Outputs) must be there, as numbers. (kv_cache.mean_util and
+  // peak_util are a one-instance run's; several instances give theirs per instance.)
   std::vector<std::string> stable;
   for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms"})
     for (const char* p : {"mean", "p50", "p90", "p99", "count"}) stable.push_back(fmt::format("{}.{}", m, p));
-  for (const char* k :
-       {"throughput.requests_per_s", "throughput.output_tokens_per_s", "throughput.total_tokens_per_s",
-        "requests.total", "requests.finished", "requests.failed", "requests.cancelled", "jitter_ms",
-        "prefix_cache.hit_rate", "kv_cache.mean_util", "kv_cache.peak_util", "steps", "makespan_s", "sim_s", "wall_s"})
+  for (const char* k : {"throughput.requests_per_s", "throughput.output_tokens_per_s", "throughput.total_tokens_per_s",
+                        "requests.total", "requests.finished", "requests.failed", "requests.cancelled", "jitter_ms",
+                        "prefix_cache.hit_rate", "steps", "makespan_s", "sim_s", "wall_s"})
     stable.push_back(k);
   for (const auto& k : stable) {
     const nlohmann::json* v = lookup(j, k);

@@ -105,11 +105,45 @@ Summary Engine::run() {
   return s;
 }
 
+RunLayout Engine::layout() const {
+  RunLayout l;
+  const std::vector<InstanceSpec> specs = instance_specs(w_);
+  for (const auto& in : instances_) {
+    const EngineSpec& e = specs[size_t(in->id)].engine;
+    const std::string backend = in->executor.name();
+    const size_t at = backend.find('@');  // a decode worker: BACKEND@HOST:PORT, its devices its own
+    const std::string kind = backend.substr(0, at);
+    InstanceLayout il;
+    il.id = in->id;
+    il.role = std::string(to_string(in->role));
+    il.backend = backend;
+    il.tp = e.tp;
+    il.gpus = kind == "cpu" ? 0 : e.tp;
+    il.first_gpu = kind == "cuda" && at == std::string::npos ? e.device : -1;
+    il.kv_blocks = in->kv.num_blocks();
+    l.instances.push_back(il);
+  }
+  l.data_parallel = w_.engine.data_parallel;
+  l.disaggregation = handoff_ != nullptr;
+  if (handoff_) {
+    l.channel = channel_->name();
+    l.first_token_from = "prefill";  // P's sample, streamed from P
+  }
+  return l;
+}
+
 void Engine::add_instance_figures(Summary& s) const {
-  if (instances_.size() > 1)
-    for (size_t i = 0; i < instances_.size(); ++i)
-      s.instances.push_back({std::string(to_string(instances_[i]->role)), pd_.kv_blocks[i], pd_.steps[i],
-                             pd_.kv_mean_util[i], pd_.kv_peak_util[i]});
+  s.layout = layout();
+  int64_t blocks = 0;
+  for (size_t i = 0; i < instances_.size(); ++i) {
+    const double busy_s = instances_[i]->busy_time * 1e-9;
+    s.instances.push_back({instances_[i]->id, std::string(to_string(instances_[i]->role)), pd_.kv_blocks[i],
+                           pd_.steps[i], pd_.kv_mean_util[i], pd_.kv_peak_util[i], busy_s,
+                           s.makespan_s > 0 ? busy_s / s.makespan_s : 0.0});
+    blocks += pd_.kv_blocks[i];
+  }
+  // Several pools are never one figure: the total blocks here, each pool's use per instance.
+  if (instances_.size() > 1) s.kv_blocks = blocks;
   if (!handoff_) return;
   DisaggregationFigures& d = s.disaggregation;
   const HandoffCounters& c = pd_.counters;

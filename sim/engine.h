@@ -67,6 +67,8 @@ class Engine {
   const Handoff* handoff() const { return handoff_.get(); }
   const DisaggregationStats& disaggregation() const { return pd_; }
   int64_t transfer_bytes(ReqId id) const { return pd_bytes_.empty() ? 0 : pd_bytes_[size_t(id)]; }
+  // Where this run serves: its instances, roles, ranks, GPUs and channel (Summary::layout).
+  RunLayout layout() const;
 
  private:
   void on(const Arrival& e);

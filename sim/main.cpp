@@ -132,7 +132,8 @@ int run_workload(Workload& w, const RunOptions& o) {
       engine.set_shadow_cost_model(size_t(in.id), make_cost_model(w.model, w.hardware, in.engine.tp));
   std::unique_ptr<RunOutputs> outputs;
   if (o.out) {
-    outputs = std::make_unique<RunOutputs>(*o.out, o.trace);
+    const RunLayout layout = engine.layout();
+    outputs = std::make_unique<RunOutputs>(*o.out, o.trace, &layout);
     engine.add_observer(outputs.get());
   }
   Summary s;

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <fstream>
+#include <set>
 
 namespace tandem {
 
@@ -199,6 +200,25 @@ Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload
   s.prefix_evictions = end.prefix_evictions;
   s.peak_rss_kb = peak_rss_kb();
   return s;
+}
+
+int32_t RunLayout::num_ranks() const {
+  int32_t n = 0;
+  for (const InstanceLayout& in : instances) n += in.tp;
+  return n;
+}
+
+int32_t RunLayout::num_gpus() const {
+  std::set<int32_t> devices;  // local CUDA instances: replicas may share a device
+  int32_t n = 0;
+  for (const InstanceLayout& in : instances) {
+    if (in.first_gpu < 0) {
+      n += in.gpus;
+      continue;
+    }
+    for (int32_t d = in.first_gpu; d < in.first_gpu + in.gpus; ++d) devices.insert(d);
+  }
+  return n + int32_t(devices.size());
 }
 
 int64_t peak_rss_kb() {

@@ -50,16 +50,45 @@ class LogHistogram {
   int64_t max_ = 0;
 };
 
-// Per instance, when a run has more than one (data_parallel replicas, or prefill + decode).
+// Per instance (one for colocated serving; data_parallel replicas; or prefill + decode).
 struct InstanceFigures {
+  int32_t id = 0;
   std::string role;
   int64_t kv_blocks = 0, steps = 0;
-  double kv_mean_util = 0, kv_peak_util = 0;
+  double kv_mean_util = 0, kv_peak_util = 0;  // over its own busy time and its own pool
+  double busy_s = 0;                          // time in steps
+  double busy_fraction = 0;                   // busy_s / the run's makespan
+};
+
+// Where a run served its requests: the record every output carries (summary.json `layout`, the
+// stdout header, `tandem compare`'s header), so that two runs on different hardware are never
+// compared as if on the same.
+struct InstanceLayout {
+  int32_t id = 0;
+  std::string role;        // colocated, prefill, decode
+  std::string backend;     // its executor: sim, cpu, cuda; BACKEND@HOST:PORT for a decode worker
+  int32_t tp = 1;          // ranks its model is split over
+  int32_t gpus = 0;        // GPUs it computes on: tp on sim (simulated GPUs of `hardware`) and cuda, 0 on cpu
+  int32_t first_gpu = -1;  // cuda: the first device of its tp; -1 elsewhere
+  int64_t kv_blocks = 0;
+};
+struct RunLayout {
+  std::vector<InstanceLayout> instances;
+  int32_t data_parallel = 1;
+  bool disaggregation = false;
+  std::string channel;  // the KV channel between prefill and decode (sim, copy, tcp, nccl, ...); empty: none
+  // Where the token that TTFT counts comes from: "colocated" (the instance that computed the prompt,
+  // the only one), or in 1P1D "prefill" (P's sample, streamed at once).
+  std::string first_token_from = "colocated";
+  int32_t num_ranks() const;  // sum of TP over the instances
+  // GPUs the run holds: sim, the ranks (each instance on tp simulated GPUs of its own); cuda, the
+  // distinct devices (replicas may share one); cpu, none (its ranks are threads of this host).
+  int32_t num_gpus() const;
 };
 
 // Stage 4 (1P1D). The client's first token is the one the prefill instance samples, streamed
-// from there (ttft_ms); ttft_after_transfer_ms is when the decode instance holds the request,
-// the first token's time if it were returned only from there.
+// from there (ttft_ms; RunLayout::first_token_from); ttft_after_transfer_ms is when the decode
+// instance holds the request, the first token's time if it were returned only from there.
 struct DisaggregationFigures {
   bool enabled = false;
   std::string channel;
@@ -90,7 +119,9 @@ struct Summary {
   int64_t prefix_queries = 0, prefix_hits = 0;
   int64_t prefix_hit_tokens = 0, prefix_queried_tokens = 0, prefix_hit_blocks = 0, prefix_queried_blocks = 0;
   int64_t prefix_evictions = 0;
-  double kv_mean_util = 0, kv_peak_util = 0;  // time-weighted mean and peak of blocks in use
+  // One instance: time-weighted mean and peak of its blocks in use. Several: not one figure
+  // (each instance's pool is its own: `instances`); kv_blocks is then their sum.
+  double kv_mean_util = 0, kv_peak_util = 0;
   int64_t kv_blocks = 0;
   bool has_slo = false;
   double slo_ttft_ms = 0, slo_tpot_ms = 0;
@@ -99,7 +130,8 @@ struct Summary {
   double sim_s = 0, wall_s = 0, makespan_s = 0;
   int64_t peak_rss_kb = 0;
   std::string prefix_off_reason;  // why prefix caching is off, when a rule turned it off
-  std::vector<InstanceFigures> instances;  // only when more than one
+  RunLayout layout;
+  std::vector<InstanceFigures> instances;  // one per instance
   DisaggregationFigures disaggregation;
   // Set when the run ended early at run time (a decode worker lost): every request still in
   // flight failed with a reason; the outputs are written, and `tandem run` exits 1 with this.

@@ -92,7 +92,9 @@ RunOutputs::File::~File() {
   if (f) std::fclose(f);
 }
 
-RunOutputs::RunOutputs(const std::string& dir, TraceDetail trace) : dir_(dir), detail_(trace) {
+RunOutputs::RunOutputs(const std::string& dir, TraceDetail trace, const RunLayout* layout) : dir_(dir), detail_(trace) {
+  if (layout && layout->instances.size() > 1)
+    for (const InstanceLayout& in : layout->instances) roles_.push_back(in.role);
   // A folder that cannot be made or written is the user's input: exit 2, before the run.
   std::error_code ec;
   if (dir.empty()) throw InputError("--out: empty folder name");
@@ -110,14 +112,28 @@ RunOutputs::RunOutputs(const std::string& dir, TraceDetail trace) : dir_(dir), d
   else
     std::filesystem::remove(std::filesystem::path(dir) / "trace.json", ec);  // not a stale one from an earlier run
   if (!ok) throw InputError(fmt::format("--out {}: cannot write files there", dir));
-  steps_.append(kStepsCsvHeader);
+  if (roles_.empty()) {
+    steps_.append(kStepsCsvHeader);
+  } else {  // the header with ",role" before its newline
+    const std::string_view h = kStepsCsvHeader;
+    steps_.append(h.substr(0, h.size() - 1));
+    steps_.append(fmt::format(",{}\n", kStepsCsvRoleColumn));
+  }
   // The process names first, so that every later event starts with ",\n".
-  if (detail_ != TraceDetail::None)
+  if (detail_ != TraceDetail::None) {
     trace_.append(
         "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"
         R"j({"name":"process_name","ph":"M","pid":1,"args":{"name":"instances (steps)"}},)j"
         "\n"
         R"j({"name":"process_name","ph":"M","pid":2,"args":{"name":"requests"}})j");
+    // Each instance's track named by its role (and TP), so that P's and D's steps read as such.
+    if (layout)
+      for (const InstanceLayout& in : layout->instances)
+        trace_.append(
+            fmt::format(",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{},\"args\":{{\"name\":"
+                        "\"instance {} ({}, TP {})\"}}}}",
+                        in.id, in.id, in.role, in.tp));
+  }
   pending_.reserve(kBatchRows);
   formatter_ = std::make_unique<StepFormatter>();
   // vLLM keeps its per-request arrays only with --save-detailed: so does --trace none, which
@@ -235,15 +251,24 @@ void RunOutputs::write_rows(const std::vector<StepRow>& rows) {
     // time, where the cost model sets the step's time).
     const double predicted_ms = r.cost.total_s() * 1e3, elapsed_ms = to_ms(r.elapsed);
     const double err = elapsed_ms > 0 ? (predicted_ms - elapsed_ms) / elapsed_ms : 0.0;
-    p = fmt::format_to(p, FMT_COMPILE(",{:.6f},{:.4f}\n"), predicted_ms, std::fabs(err) < 5e-5 ? 0.0 : err);
+    p = fmt::format_to(p, FMT_COMPILE(",{:.6f},{:.4f}"), predicted_ms, std::fabs(err) < 5e-5 ? 0.0 : err);
+    if (!roles_.empty()) {
+      *p++ = ',';
+      const std::string_view role = size_t(r.instance) < roles_.size() ? roles_[size_t(r.instance)] : "?";
+      std::memcpy(p, role.data(), role.size());
+      p += role.size();
+    }
+    *p++ = '\n';
     steps_.commit(p);
     if (!counters) continue;
 
     // trace.json, times in µs: the step as a slice on its instance's track.
     p = trace_.room(kRowRoom);
     if (slices) {
-      p = r.prefill_seqs ? put(p, ",\n{\"name\":\"prefill+decode\",\"ph\":\"X\",\"pid\":1,\"tid\":")
-                         : put(p, ",\n{\"name\":\"decode\",\"ph\":\"X\",\"pid\":1,\"tid\":");
+      // Named by what the step carried: prompt tokens only, decodes only, or both.
+      p = !r.prefill_seqs ? put(p, ",\n{\"name\":\"decode\",\"ph\":\"X\",\"pid\":1,\"tid\":")
+          : r.decode_seqs ? put(p, ",\n{\"name\":\"prefill+decode\",\"ph\":\"X\",\"pid\":1,\"tid\":")
+                          : put(p, ",\n{\"name\":\"prefill\",\"ph\":\"X\",\"pid\":1,\"tid\":");
       p = put_int(p, r.instance);
       p = put(p, ",\"ts\":");
       p = put_scaled<3>(p, r.start, double(r.start) / 1e3);

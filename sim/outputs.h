@@ -31,8 +31,10 @@ class VllmResult;
 // formats them and writes the files in large chunks, off the event loop.
 class RunOutputs final : public run_observer_i {
  public:
-  // Creates the folder; throws InputError when it cannot be made or written.
-  explicit RunOutputs(const std::string& dir, TraceDetail trace = TraceDetail::Full);
+  // Creates the folder; throws InputError when it cannot be made or written. `layout`: the run's
+  // (Engine::layout()); with several instances steps.csv gains a `role` column, and the trace
+  // names each instance's track by its role (none: one instance, unnamed).
+  explicit RunOutputs(const std::string& dir, TraceDetail trace = TraceDetail::Full, const RunLayout* layout = nullptr);
   ~RunOutputs() override;
   RunOutputs(const RunOutputs&) = delete;
   RunOutputs& operator=(const RunOutputs&) = delete;
@@ -82,6 +84,7 @@ class RunOutputs final : public run_observer_i {
  private:
   std::string dir_;
   TraceDetail detail_;
+  std::vector<std::string> roles_;  // by instance, when there are several (steps.csv's role column)
   File steps_, trace_;
   struct StepFormatter;
   std::unique_ptr<StepFormatter> formatter_;  // the writer thread's

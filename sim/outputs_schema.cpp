@@ -62,10 +62,22 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
                        {"queries", s.prefix_queries},
                        {"hits", s.prefix_hits},
                        {"evictions", s.prefix_evictions}};
-  j["kv_cache"] = {{"blocks", s.kv_blocks},
-                   {"block_size", w.engine.block_size},
-                   {"mean_util", s.kv_mean_util},
-                   {"peak_util", s.kv_peak_util}};
+  if (s.instances.size() <= 1) {
+    j["kv_cache"] = {{"blocks", s.kv_blocks},
+                     {"block_size", w.engine.block_size},
+                     {"mean_util", s.kv_mean_util},
+                     {"peak_util", s.kv_peak_util}};
+  } else {
+    // Each instance has its own pool: its use is a figure of its own, never mixed with another's.
+    nlohmann::json per = nlohmann::json::array();
+    for (const InstanceFigures& f : s.instances)
+      per.push_back({{"id", f.id},
+                     {"role", f.role},
+                     {"blocks", f.kv_blocks},
+                     {"mean_util", f.kv_mean_util},
+                     {"peak_util", f.kv_peak_util}});
+    j["kv_cache"] = {{"blocks", s.kv_blocks}, {"block_size", w.engine.block_size}, {"instances", per}};
+  }
   if (s.has_slo)
     j["goodput"] = {{"slo_ttft_ms", s.slo_ttft_ms},
                     {"slo_tpot_ms", s.slo_tpot_ms},
@@ -74,23 +86,28 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
   if (!s.instances.empty()) {
     nlohmann::json in = nlohmann::json::array();
     for (const InstanceFigures& f : s.instances)
-      in.push_back({{"role", f.role},
+      in.push_back({{"id", f.id},
+                    {"role", f.role},
                     {"kv_blocks", f.kv_blocks},
                     {"steps", f.steps},
                     {"kv_mean_util", f.kv_mean_util},
-                    {"kv_peak_util", f.kv_peak_util}});
+                    {"kv_peak_util", f.kv_peak_util},
+                    {"busy_s", f.busy_s},
+                    {"busy_fraction", f.busy_fraction}});
     j["instances"] = in;
   }
+  j["layout"] = layout_json(s.layout);
   if (const DisaggregationFigures& d = s.disaggregation; d.enabled)
     j["disaggregation"] = {{"channel", d.channel},
-                           {"first_token_from", "prefill"},
-                           {"transfers", {{"started", d.started},
-                                          {"delivered", d.delivered},
-                                          {"failed", d.failed},
-                                          {"aborted", d.aborted},
-                                          {"stale_completions", d.stale},
-                                          {"in_flight_at_failure", d.lost},
-                                          {"cancelled_before_transfer", d.cancelled_parked}}},
+                           {"first_token_from", s.layout.first_token_from},
+                           {"transfers",
+                            {{"started", d.started},
+                             {"delivered", d.delivered},
+                             {"failed", d.failed},
+                             {"aborted", d.aborted},
+                             {"stale_completions", d.stale},
+                             {"in_flight_at_failure", d.lost},
+                             {"cancelled_before_transfer", d.cancelled_parked}}},
                            {"bytes", d.bytes},
                            {"transfer_ms", pct_json(d.transfer_ms)},
                            {"handoff_wait_ms", pct_json(d.handoff_wait_ms)},
@@ -103,8 +120,98 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
   return j;
 }
 
+nlohmann::json layout_json(const RunLayout& l) {
+  nlohmann::json in = nlohmann::json::array();
+  for (const InstanceLayout& i : l.instances) {
+    nlohmann::json one = {{"id", i.id}, {"role", i.role}, {"backend", i.backend},
+                          {"tp", i.tp}, {"gpus", i.gpus}, {"kv_blocks", i.kv_blocks}};
+    if (i.first_gpu >= 0) one["first_gpu"] = i.first_gpu;
+    in.push_back(one);
+  }
+  return {{"instances", in},
+          {"num_instances", l.instances.size()},
+          {"num_ranks", l.num_ranks()},
+          {"num_gpus", l.num_gpus()},
+          {"data_parallel", l.data_parallel},
+          {"disaggregation", l.disaggregation},
+          {"channel", l.channel.empty() ? nlohmann::json(nullptr) : nlohmann::json(l.channel)},
+          {"first_token_from", l.first_token_from}};
+}
+
+namespace {
+// A layout object's field, or a default where absent or of another type (files written by hand).
+int64_t layout_int(const nlohmann::json& l, const char* key) {
+  return l.is_object() && l.contains(key) && l[key].is_number_integer() ? l[key].get<int64_t>() : 0;
+}
+std::string layout_str(const nlohmann::json& l, const char* key) {
+  return l.is_object() && l.contains(key) && l[key].is_string() ? l[key].get<std::string>() : "";
+}
+bool known_layout(const nlohmann::json& l) {
+  return l.is_object() && l.contains("instances") && l["instances"].is_array() && !l["instances"].empty() &&
+         layout_int(l, "num_instances") > 0;
+}
+bool layout_bool(const nlohmann::json& l, const char* key) {
+  return l.is_object() && l.contains(key) && l[key].is_boolean() && l[key].get<bool>();
+}
+std::string plural(int64_t n, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+// "2 GPUs", or "2 CPU ranks" where the run holds no GPU.
+std::string hardware_text(const nlohmann::json& l) {
+  const int64_t gpus = layout_int(l, "num_gpus");
+  return gpus > 0 ? plural(gpus, "GPU", "GPUs") : plural(layout_int(l, "num_ranks"), "CPU rank", "CPU ranks");
+}
+}  // namespace
+
+std::string layout_text(const nlohmann::json& l) {
+  if (!known_layout(l)) return "layout unknown";
+  const nlohmann::json& in = l["instances"];
+  const auto tp_of = [](const nlohmann::json& i) {
+    return i.contains("tp") && i["tp"].is_number() ? i["tp"].get<int64_t>() : 1;
+  };
+  const auto role_of = [](const nlohmann::json& i) {
+    return i.contains("role") && i["role"].is_string() ? i["role"].get<std::string>() : std::string("?");
+  };
+  if (layout_bool(l, "disaggregation")) {
+    std::string parts;
+    for (const nlohmann::json& i : in) {
+      if (!parts.empty()) parts += " + ";
+      parts += fmt::format("{} TP {}", role_of(i), tp_of(i));
+      const std::string b = i.contains("backend") && i["backend"].is_string() ? i["backend"].get<std::string>() : "";
+      if (const size_t at = b.find('@'); at != std::string::npos) parts += " at " + b.substr(at + 1);
+    }
+    const std::string ch = layout_str(l, "channel");
+    return fmt::format("1P1D ({}, {} channel), {}", parts, ch.empty() ? "?" : ch, hardware_text(l));
+  }
+  if (in.size() == 1) {
+    const int64_t tp = tp_of(in[0]);
+    return fmt::format("1 instance{}, {}", tp > 1 ? fmt::format(" (TP {})", tp) : "", hardware_text(l));
+  }
+  return fmt::format("{} colocated replicas (data_parallel, TP {} each), {}", in.size(), tp_of(in[0]),
+                     hardware_text(l));
+}
+
+std::string layout_brief(const nlohmann::json& l) {
+  if (!known_layout(l)) return "unknown";
+  const int64_t n = layout_int(l, "num_instances");
+  if (layout_bool(l, "disaggregation"))
+    return fmt::format("1P1D, {}, TTFT@{}", hardware_text(l),
+                       layout_str(l, "first_token_from") == "decode" ? "D" : "P");
+  return n == 1 ? hardware_text(l) : fmt::format("dp{}, {}", n, hardware_text(l));
+}
+
+std::string first_token_text(const nlohmann::json& l) {
+  const std::string from = layout_str(l, "first_token_from");
+  if (from == "prefill") return "the prefill instance's first token, streamed before the KV transfer";
+  if (from == "decode") return "the first token as the decode instance streams it, once the KV has arrived";
+  if (from == "colocated") return "the first token, as the instance that computed the prompt samples it";
+  return "unknown (a summary.json from before tandem recorded where the first token came from)";
+}
+
 void print_summary(std::ostream& os, const Summary& s) {
   fmt::print(os, "workload {}  policy {}  backend {}\n", s.workload, s.policy, s.backend);
+  const nlohmann::json layout = layout_json(s.layout);
+  fmt::print(os, "layout {}; TTFT counts {}\n", layout_text(layout), first_token_text(layout));
   fmt::print(os, "requests {}: finished {}, cancelled {}, failed {}", s.total, s.finished, s.cancelled, s.failed);
   for (const auto& [why, n] : s.failed_by_reason) fmt::print(os, " [{} {}]", why, n);
   fmt::print(os, "\n");
@@ -123,8 +230,12 @@ void print_summary(std::ostream& os, const Summary& s) {
   if (s.has_slo)
     fmt::print(os, "goodput {:.3f} req/s ({:.1f}% of finished meet ttft<={}ms tpot<={}ms)\n", s.goodput_requests_per_s,
                100 * s.goodput_fraction, s.slo_ttft_ms, s.slo_tpot_ms);
-  fmt::print(os, "KV cache {} blocks: mean use {:.1f}%, peak {:.1f}%   jitter {:.2f} ms\n", s.kv_blocks,
-             100 * s.kv_mean_util, 100 * s.kv_peak_util, s.jitter_ms);
+  if (s.instances.size() <= 1)
+    fmt::print(os, "KV cache {} blocks: mean use {:.1f}%, peak {:.1f}%   jitter {:.2f} ms\n", s.kv_blocks,
+               100 * s.kv_mean_util, 100 * s.kv_peak_util, s.jitter_ms);
+  else
+    fmt::print(os, "KV cache {} blocks in {} pools (use per instance below)   jitter {:.2f} ms\n", s.kv_blocks,
+               s.instances.size(), s.jitter_ms);
   fmt::print(os, "decode steps {}: {:.1f}% also carried prefill tokens\n", s.decode_steps,
              100 * s.decode_steps_with_prefill_share);
   if (s.prefix_enabled)
@@ -137,15 +248,16 @@ void print_summary(std::ostream& os, const Summary& s) {
     fmt::print(os, "prefix cache: off ({})\n", s.prefix_off_reason);
   else
     fmt::print(os, "prefix cache: off\n");
-  for (size_t i = 0; i < s.instances.size(); ++i)
-    fmt::print(os, "instance {} ({}): {} steps, KV {} blocks, mean use {:.1f}%, peak {:.1f}%\n", i, s.instances[i].role,
-               s.instances[i].steps, s.instances[i].kv_blocks, 100 * s.instances[i].kv_mean_util,
-               100 * s.instances[i].kv_peak_util);
+  if (s.instances.size() > 1)
+    for (const InstanceFigures& f : s.instances)
+      fmt::print(os, "instance {} ({}): {} steps, busy {:.1f}%, KV {} blocks, mean use {:.1f}%, peak {:.1f}%\n", f.id,
+                 f.role, f.steps, 100 * f.busy_fraction, f.kv_blocks, 100 * f.kv_mean_util, 100 * f.kv_peak_util);
   if (const DisaggregationFigures& d = s.disaggregation; d.enabled) {
-    fmt::print(os,
-               "disaggregation ({} channel): {} transfers started, {} delivered, {} failed, {} aborted; {:.1f} MB moved; "
-               "first token from the prefill instance\n",
-               d.channel, d.started, d.delivered, d.failed, d.aborted, double(d.bytes) / 1e6);
+    fmt::print(
+        os,
+        "disaggregation ({} channel): {} transfers started, {} delivered, {} failed, {} aborted; {:.1f} MB moved; "
+        "first token from the {} instance\n",
+        d.channel, d.started, d.delivered, d.failed, d.aborted, double(d.bytes) / 1e6, s.layout.first_token_from);
     row("xfer ms", d.transfer_ms);
     row("TTFT@D ms", d.ttft_after_transfer_ms);
   }

@@ -25,14 +25,28 @@ inline constexpr const char* kRequestsCsvPdHeader =
     "transfer_bytes,output_tokens\n";
 // steps.csv: one row per step. KV counts in blocks after planning; the cost terms are the cost
 // model's breakdown (on a real backend, the shadow model's); predicted_ms and pred_error
-// (relative) compare a real backend's measured step with that model.
+// (relative) compare a real backend's measured step with that model. A run of several
+// instances adds kStepsCsvRoleColumn at the end: the role of the step's instance.
 inline constexpr const char* kStepsCsvHeader =
     "step,instance,start_s,elapsed_ms,n_seqs,n_prefill,n_decode,n_tokens,kv_used_blocks,kv_reserved_blocks,kv_util,"
     "waiting,running,gemm_ms,attention_ms,overhead_ms,after_idle,n_samples,attn_pairs,context_tokens,comm_ms,"
     "predicted_ms,pred_error\n";
+inline constexpr const char* kStepsCsvRoleColumn = "role";
 
 nlohmann::json summary_json(const Summary& s, const Workload& w);
 void print_summary(std::ostream& os, const Summary& s);
+
+// summary.json's `layout` object, and the words for it (from the object, so that `tandem compare`
+// says of a file what `tandem run` said of the run). A null or absent layout (a summary.json
+// from before tandem recorded it) reads "layout unknown".
+nlohmann::json layout_json(const RunLayout& l);
+// "1 instance, 1 GPU"; "2 colocated replicas (data_parallel, TP 1 each), 2 GPUs";
+// "1P1D (prefill TP 1 + decode TP 1, sim channel), 2 GPUs". CPU ranks where no GPU is held.
+std::string layout_text(const nlohmann::json& layout);
+// The same in a few words, for a table cell: "1 GPU", "dp2, 2 GPUs", "1P1D, 2 GPUs, TTFT@P".
+std::string layout_brief(const nlohmann::json& layout);
+// Which first token ttft_ms counts, in words (layout.first_token_from).
+std::string first_token_text(const nlohmann::json& layout);
 
 // How much of the run trace.json holds (`tandem run --trace`); each level holds the one
 // before. None: no trace.json. Requests: the queue, batch and KV counters and each

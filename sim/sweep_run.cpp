@@ -67,7 +67,8 @@ nlohmann::json simulate_point(Workload w, double rate, const std::optional<std::
   Engine engine(w, std::move(rs), run.executors, clock, run.channel);
   std::unique_ptr<RunOutputs> outputs;
   if (run_dir) {
-    outputs = std::make_unique<RunOutputs>(*run_dir, TraceDetail::None);
+    const RunLayout layout = engine.layout();
+    outputs = std::make_unique<RunOutputs>(*run_dir, TraceDetail::None, &layout);
     engine.add_observer(outputs.get());
   }
   const auto t0 = std::chrono::steady_clock::now();

@@ -643,7 +643,9 @@ expect 0 "disaggregation \\(sim channel\\): [0-9]+ transfers started" -- run "$g
   --set "disaggregation.channel.profile=$s4/copy-table.yaml"
 expect 0 "    table: \\[\\[" -- validate "$g" --set disaggregation.enabled=true --set "disaggregation.channel.profile=$s4/copy-table.yaml"
 expect 2 "calibrate: --set goes with --channel --workload W.yaml" -- calibrate --backend cpu --model tiny --set a=1 --out "$s4/x.yaml"
-check "no disaggregation in summary.json when it is off" bash -c "! grep -q '\"disaggregation\"' '$tmp/a/summary.json'"
+# (the section; layout's "disaggregation": false says the same)
+check "no disaggregation in summary.json when it is off" bash -c "! grep -q '\"disaggregation\": {' '$tmp/a/summary.json' &&
+  grep -q '\"disaggregation\": false' '$tmp/a/summary.json'"
 "$tandem" validate "$q" >"$s4/off.yaml" 2>&1
 "$tandem" validate "$src/workloads/stage4_pd.yaml" >"$s4/off2.yaml" 2>&1
 "$tandem" validate "$q" --set disaggregation.enabled=true >"$s4/pd.yaml" 2>&1
@@ -685,6 +687,65 @@ expect_capped 2 "the CPU backend's instances would take .* \\(prefill: $parts, d
 expect_capped 2 "\\(prefill: $parts, decode \\(a worker process on this host\\): $parts," -- \
   "${t32[@]}" "${half[@]}" --set disaggregation.enabled=true --set disaggregation.channel.kind=tcp
 expect_capped 2 "\\(instance 0: $parts, instance 1: $parts," -- "${t32[@]}" "${half[@]}" --set engine.data_parallel=2
+
+# Issue #35 (1): every run records its layout (instances, roles, TP, GPUs, channel, which first
+# token TTFT counts) in summary.json, the stdout summary, steps.csv and the trace; kv_cache is
+# per instance when there are several (#32, 6).
+lay=$tmp/layout
+mkdir -p "$lay"
+st4=$src/workloads/stage4_pd.yaml
+few=(--set requests.count=80 --trace none --quiet)
+expect 0 "" -- run "$st4" "${few[@]}" --out "$lay/colo"
+expect 0 "" -- run "$st4" "${few[@]}" --set engine.data_parallel=2 --out "$lay/dp2"
+expect 0 "" -- run "$st4" "${few[@]}" --set disaggregation.enabled=true --out "$lay/pd"
+expect 0 "^layout 1P1D \\(prefill TP 1 \\+ decode TP 1, sim channel\\), 2 GPUs; TTFT counts the prefill instance's first token" -- \
+  run "$st4" --set requests.count=20 --set disaggregation.enabled=true
+expect 0 "^layout 2 colocated replicas \\(data_parallel, TP 1 each\\), 2 GPUs;" -- \
+  run "$st4" --set requests.count=20 --set engine.data_parallel=2
+expect 0 "^layout 1 instance, 1 GPU; TTFT counts the first token" -- run "$st4" --set requests.count=20
+if command -v python3 >/dev/null; then
+  check "summary.json layout: colocated, dp2 and 1P1D; kv_cache per instance; steps.csv's role" \
+    python3 - "$lay" <<'PY'
+import json, sys
+d = sys.argv[1]
+s = {n: json.load(open(f"{d}/{n}/summary.json")) for n in ("colo", "dp2", "pd")}
+want = {  # num_instances, num_gpus, data_parallel, disaggregation, channel, first_token_from, roles
+    "colo": (1, 1, 1, False, None, "colocated", ["colocated"]),
+    "dp2": (2, 2, 2, False, None, "colocated", ["colocated", "colocated"]),
+    "pd": (2, 2, 1, True, "sim", "prefill", ["prefill", "decode"]),
+}
+for n, w in want.items():
+    l = s[n]["layout"]
+    got = (l["num_instances"], l["num_gpus"], l["data_parallel"], l["disaggregation"], l["channel"],
+           l["first_token_from"], [i["role"] for i in l["instances"]])
+    assert got == w, (n, got, w)
+    assert [i["tp"] for i in l["instances"]] == [1] * len(w[6]), n
+    assert len(s[n]["instances"]) == len(w[6]), n
+# kv_cache: one instance keeps its figures; several give per-instance ones, never a mixed one.
+assert {"mean_util", "peak_util"} <= set(s["colo"]["kv_cache"]) and "instances" not in s["colo"]["kv_cache"]
+for n in ("dp2", "pd"):
+    kv = s[n]["kv_cache"]
+    assert "mean_util" not in kv and "peak_util" not in kv, n
+    assert kv["blocks"] == sum(i["blocks"] for i in kv["instances"]), n
+    for i, x in zip(kv["instances"], s[n]["instances"]):
+        assert i["peak_util"] == x["kv_peak_util"] and i["mean_util"] == x["kv_mean_util"], n
+assert s["pd"]["disaggregation"]["first_token_from"] == "prefill"
+# steps.csv names each instance's role when there are several; a one-instance file is unchanged.
+assert open(f"{d}/pd/steps.csv").readline().rstrip("\n").endswith(",pred_error,role")
+assert open(f"{d}/colo/steps.csv").readline().rstrip("\n").endswith(",pred_error")
+print("    layout and kv_cache as expected")
+PY
+  # The trace names P's steps prefill, never prefill+decode, and each track by its role.
+  expect 0 "" -- run "$st4" --set requests.count=20 --set disaggregation.enabled=true --out "$lay/pd-trace" --quiet
+  check "trace.json: P's slices are prefill, D's decode; tracks named by role" python3 - "$lay/pd-trace/trace.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {(e["tid"], e["name"]) for e in ev if e.get("ph") == "X"}
+assert names == {(0, "prefill"), (1, "decode")}, names
+tracks = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+assert tracks == {0: "instance 0 (prefill, TP 1)", 1: "instance 1 (decode, TP 1)"}, tracks
+PY
+fi
 
 echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
 sort -rn "$times" | head -${CLI_SLOWEST:-10} | cut -c1-160

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "backend/cost_model.h"
@@ -431,4 +432,147 @@ TEST_CASE("the cost model charges tensor parallelism: compute over N, two all-re
   bad.replace(bad.find("tp: 2"), 5, "tp: 3");
   bad.replace(bad.find("memory_gb: 100"), 14, "memory_gb: 100, link_bandwidth_gbs: 50");
   CHECK_THROWS_WITH_AS(parse_workload(bad, "w.yaml"), doctest::Contains("'engine.tp': 3 does not divide"), InputError);
+}
+
+namespace {
+// Stage 4's shape at test size: prompts and answers of a few hundred tokens arriving faster than
+// one instance serves them, every answer at least two tokens (so every request moves to D).
+const char* kPdWorkload = R"(model: llama3-8b
+hardware: h200
+engine: {max_num_batched_tokens: 2048}
+requests:
+  count: 80
+  arrival: {process: poisson, rate: 40}
+  prompt_len: {dist: uniform, min: 200, max: 3000}
+  output_len: {dist: uniform, min: 2, max: 200}
+)";
+const Override kPd{"disaggregation.enabled", "true"};
+}  // namespace
+
+TEST_CASE("layout: one instance, TP 2, data_parallel replicas and 1P1D record instances, roles, ranks, GPUs, channel") {
+  struct Case {
+    std::vector<Override> set;
+    std::vector<std::string> roles;
+    int32_t ranks, gpus, data_parallel;
+    bool pd;
+    std::string channel, first_token_from, text;
+  };
+  const std::vector<Case> cases = {
+      {{}, {"colocated"}, 1, 1, 1, false, "", "colocated", "1 instance, 1 GPU"},
+      {{{"engine.tp", "2"}}, {"colocated"}, 2, 2, 1, false, "", "colocated", "1 instance (TP 2), 2 GPUs"},
+      {{{"engine.data_parallel", "2"}},
+       {"colocated", "colocated"},
+       2,
+       2,
+       2,
+       false,
+       "",
+       "colocated",
+       "2 colocated replicas (data_parallel, TP 1 each), 2 GPUs"},
+      {{kPd},
+       {"prefill", "decode"},
+       2,
+       2,
+       1,
+       true,
+       "sim",
+       "prefill",
+       "1P1D (prefill TP 1 + decode TP 1, sim channel), 2 GPUs"},
+      {{kPd, {"disaggregation.decode.tp", "2"}},
+       {"prefill", "decode"},
+       3,
+       3,
+       1,
+       true,
+       "sim",
+       "prefill",
+       "1P1D (prefill TP 1 + decode TP 2, sim channel), 3 GPUs"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.text);
+    Run run(kPdWorkload, c.set);
+    const Summary s = run.engine->run();
+    const RunLayout& l = s.layout;
+    REQUIRE(l.instances.size() == c.roles.size());
+    for (size_t i = 0; i < c.roles.size(); ++i) {
+      CHECK(l.instances[i].id == int32_t(i));
+      CHECK(l.instances[i].role == c.roles[i]);
+      CHECK(l.instances[i].backend == "sim");
+      CHECK(l.instances[i].gpus == l.instances[i].tp);  // simulated: each rank a GPU of `hardware`
+      CHECK(l.instances[i].kv_blocks == s.instances[i].kv_blocks);
+    }
+    CHECK(l.num_ranks() == c.ranks);
+    CHECK(l.num_gpus() == c.gpus);
+    CHECK(l.data_parallel == c.data_parallel);
+    CHECK(l.disaggregation == c.pd);
+    CHECK(l.channel == c.channel);
+    CHECK(l.first_token_from == c.first_token_from);
+    // summary.json holds the same record; its words are what the stdout header and compare print.
+    const nlohmann::json j = summary_json(s, run.w);
+    REQUIRE(j.contains("layout"));
+    CHECK(j["layout"]["num_instances"] == c.roles.size());
+    CHECK(j["layout"]["num_gpus"] == c.gpus);
+    CHECK(j["layout"]["num_ranks"] == c.ranks);
+    CHECK(j["layout"]["data_parallel"] == c.data_parallel);
+    CHECK(j["layout"]["disaggregation"] == c.pd);
+    CHECK(j["layout"]["channel"] == (c.pd ? nlohmann::json(c.channel) : nlohmann::json(nullptr)));
+    CHECK(j["layout"]["first_token_from"] == c.first_token_from);
+    CHECK(layout_text(j["layout"]) == c.text);
+    std::ostringstream out;
+    print_summary(out, s);
+    CHECK(out.str().find("layout " + c.text + ";") != std::string::npos);
+  }
+  // A summary.json from before the layout was recorded.
+  CHECK(layout_text(nlohmann::json()) == "layout unknown");
+  CHECK(layout_brief(nlohmann::json::object()) == "unknown");
+}
+
+TEST_CASE("kv_cache: one instance keeps its figures; several give each pool's own, never one mixed figure") {
+  Run one(kPdWorkload);
+  const Summary s1 = one.engine->run();
+  const nlohmann::json j1 = summary_json(s1, one.w);
+  CHECK(j1["kv_cache"]["blocks"] == one.w.engine.resolved_kv_blocks);
+  CHECK(j1["kv_cache"]["mean_util"] == s1.kv_mean_util);
+  CHECK(j1["kv_cache"]["peak_util"] == s1.kv_peak_util);
+  CHECK_FALSE(j1["kv_cache"].contains("instances"));
+  REQUIRE(j1["instances"].size() == 1);  // one entry per instance, one here
+  CHECK(j1["instances"][0]["kv_peak_util"] == s1.kv_peak_util);
+
+  // P's pool small, D's twice as large: each pool's use is its own.
+  Run pd(kPdWorkload,
+         {kPd, {"disaggregation.prefill.num_kv_blocks", "3000"}, {"disaggregation.decode.num_kv_blocks", "6000"}});
+  const Summary s = pd.engine->run();
+  const nlohmann::json j = summary_json(s, pd.w);
+  const nlohmann::json& kv = j["kv_cache"];
+  CHECK(kv["blocks"] == 9000);
+  CHECK_FALSE(kv.contains("mean_util"));  // no figure over two pools
+  CHECK_FALSE(kv.contains("peak_util"));
+  REQUIRE(kv["instances"].size() == 2);
+  CHECK(kv["instances"][0]["role"] == "prefill");
+  CHECK(kv["instances"][0]["blocks"] == 3000);
+  CHECK(kv["instances"][1]["role"] == "decode");
+  CHECK(kv["instances"][1]["blocks"] == 6000);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(kv["instances"][i]["peak_util"] == s.instances[i].kv_peak_util);
+    CHECK(kv["instances"][i]["mean_util"] == s.instances[i].kv_mean_util);
+    CHECK(s.instances[i].kv_peak_util > 0);
+    CHECK(s.instances[i].steps > 0);
+    CHECK(s.instances[i].busy_fraction > 0);
+    CHECK(s.instances[i].busy_fraction <= 1);
+  }
+  // Each peak is over its own pool: D's peak in blocks is what D held, not a share of P's pool.
+  int32_t d_peak = 0;
+  struct Peak : run_observer_i {
+    int32_t* peak;
+    explicit Peak(int32_t* p) : peak(p) {}
+    void on_step(const StepRecord& r) override {
+      if (r.instance == 1) *peak = std::max(*peak, r.kv_used);
+    }
+  } watch(&d_peak);
+  Run again(kPdWorkload,
+            {kPd, {"disaggregation.prefill.num_kv_blocks", "3000"}, {"disaggregation.decode.num_kv_blocks", "6000"}});
+  again.engine->add_observer(&watch);
+  again.engine->run();
+  CHECK(d_peak > 0);
+  CHECK(s.instances[1].kv_peak_util == doctest::Approx(d_peak / 6000.0));
 }
