@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/specs.h"
@@ -123,10 +124,17 @@ struct ChannelSpec {
   // transfer by it instead of latency + bytes / bandwidth.
   std::vector<ChannelPoint> table;
 };
+// Which first token the client sees in 1P1D, and so what TTFT, TPOT, ITL and the SLO count.
+// Prefill: the token P samples, streamed from P at once (the transfer then sits in the first
+// inter-token gap). Decode: the client is served by D alone, which streams that token when it
+// holds the request's KV (the transfer's end); TPOT and ITL are counted from there.
+enum class FirstTokenFrom : uint8_t { Prefill, Decode };
+std::string_view to_string(FirstTokenFrom f);
 struct DisaggregationSpec {
   bool enabled = false;  // false: stage 3 exactly (one colocated instance)
   InstanceOverrides prefill, decode;
   ChannelSpec channel;
+  FirstTokenFrom first_token_from = FirstTokenFrom::Prefill;
 };
 
 struct SloSpec {

@@ -8,6 +8,10 @@
 
 #include "sim/config_sections.h"
 
+namespace tandem {
+std::string_view to_string(FirstTokenFrom f) { return f == FirstTokenFrom::Decode ? "decode" : "prefill"; }
+}  // namespace tandem
+
 namespace tandem::config_detail {
 
 namespace {
@@ -97,8 +101,15 @@ YAML::Node overrides_yaml(const InstanceOverrides& o) {
 DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine, const ModelSpec& model) {
   DisaggregationSpec d;
   if (!f.present()) return d;
-  f.expect_map({"enabled", "prefill", "decode", "channel"});
+  f.expect_map({"enabled", "prefill", "decode", "channel", "first_token_from"});
   if (f.has("enabled")) d.enabled = f["enabled"].as_bool();
+  if (f.has("first_token_from")) {
+    const std::string from = f.get_string("first_token_from", "prefill");
+    if (from == "decode")
+      d.first_token_from = FirstTokenFrom::Decode;
+    else if (from != "prefill")
+      f["first_token_from"].fail(fmt::format("unknown source '{}' (known: prefill, decode)", from));
+  }
   d.prefill = parse_overrides(f["prefill"], engine, model);
   d.decode = parse_overrides(f["decode"], engine, model);
   if (f.has("channel")) {
@@ -155,6 +166,7 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
 YAML::Node disaggregation_yaml(const DisaggregationSpec& d) {
   YAML::Node n;
   n["enabled"] = d.enabled;
+  n["first_token_from"] = std::string(to_string(d.first_token_from));
   n["prefill"] = overrides_yaml(d.prefill);
   n["decode"] = overrides_yaml(d.decode);
   YAML::Node c;

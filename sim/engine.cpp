@@ -52,6 +52,7 @@ Engine::Engine(const Workload& w, RequestSet requests, std::span<executor_i* con
     }
     pd_.channel = channel_->name();
     pd_bytes_.assign(requests_.requests.size(), 0);
+    first_token_at_decode_ = w.disaggregation.first_token_from == FirstTokenFrom::Decode;
   }
   if (!executors[0]->simulated()) outputs_.resize(requests_.requests.size());
 }
@@ -127,7 +128,7 @@ RunLayout Engine::layout() const {
   l.disaggregation = handoff_ != nullptr;
   if (handoff_) {
     l.channel = channel_->name();
-    l.first_token_from = "prefill";  // P's sample, streamed from P
+    l.first_token_from = std::string(to_string(w_.disaggregation.first_token_from));
   }
   return l;
 }
@@ -254,6 +255,8 @@ void Engine::on(const TransferDone& e) {
     const HandoffTimes& t = handoff_->times(id);
     pd_.transfer_ms.push_back(to_ms(t.transfer_end - t.transfer_start));
   }
+  if (o == Handoff::Outcome::Delivered && first_token_at_decode_)
+    metrics_.on_token(requests_.requests[size_t(id)], now_);  // D streams the first token now
   if (o == Handoff::Outcome::Failed) on_request_left(requests_.requests[size_t(id)]);
 }
 
@@ -284,10 +287,14 @@ void Engine::on(const StepDone& e) {
   Instance& in = *instances_.at(size_t(e.instance));
   const StepPlan& plan = in.scheduler.current_plan();
   size_t k = 0;
+  // With first_token_from: decode, the first token of a request that moves to D reaches the
+  // client at the transfer's end (on(TransferDone)); one that ends on P (a single output token)
+  // is streamed from P.
+  const bool hold_first = first_token_at_decode_ && in.role == InstanceRole::Prefill;
   for (const ScheduledSeq& s : plan.seqs) {
     if (!s.samples) continue;
     Request& r = requests_.requests[size_t(s.id)];
-    metrics_.on_token(r, now_);
+    if (!hold_first || r.max_output <= 1) metrics_.on_token(r, now_);
     if (!outputs_.empty() && k < in.inflight_result.sampled.size())
       outputs_[size_t(s.id)].push_back(in.inflight_result.sampled[k]);
     ++k;

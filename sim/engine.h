@@ -102,6 +102,9 @@ class Engine {
   std::unique_ptr<Handoff> handoff_;                  // 1P1D: instance 0 prefills, 1 decodes
   std::unique_ptr<kv_channel_i> own_channel_;         // the sim channel, when none was handed in
   kv_channel_i* channel_ = nullptr;
+  // 1P1D with first_token_from: decode: a request's first token reaches the client when its KV
+  // reaches D (the transfer's end), not when P samples it (FirstTokenFrom).
+  bool first_token_at_decode_ = false;
   DisaggregationStats pd_;
   std::vector<int64_t> pd_bytes_;  // by request (1P1D only)
   // Asynchronous work (a decode worker in another process): steps submitted and transfers

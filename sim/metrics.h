@@ -78,7 +78,8 @@ struct RunLayout {
   bool disaggregation = false;
   std::string channel;  // the KV channel between prefill and decode (sim, copy, tcp, nccl, ...); empty: none
   // Where the token that TTFT counts comes from: "colocated" (the instance that computed the prompt,
-  // the only one), or in 1P1D "prefill" (P's sample, streamed at once).
+  // the only one), or in 1P1D "prefill" (P's sample, streamed at once) or "decode" (streamed by D
+  // when the KV has arrived); see FirstTokenFrom.
   std::string first_token_from = "colocated";
   int32_t num_ranks() const;  // sum of TP over the instances
   // GPUs the run holds: sim, the ranks (each instance on tp simulated GPUs of its own); cuda, the
@@ -86,9 +87,9 @@ struct RunLayout {
   int32_t num_gpus() const;
 };
 
-// Stage 4 (1P1D). The client's first token is the one the prefill instance samples, streamed
-// from there (ttft_ms; RunLayout::first_token_from); ttft_after_transfer_ms is when the decode
-// instance holds the request, the first token's time if it were returned only from there.
+// Stage 4 (1P1D). ttft_ms counts the client's first token (RunLayout::first_token_from: P's sample
+// by default); ttft_after_transfer_ms is when the decode instance holds the request, the first
+// token's time when D streams it (first_token_from: decode makes the two equal).
 struct DisaggregationFigures {
   bool enabled = false;
   std::string channel;

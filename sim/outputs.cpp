@@ -402,11 +402,14 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
           spans.commit(p);
         }
       };
+      // 1P1D: P's first token is sampled when the request parks (with first_token_from: decode
+      // the client's first token, r.first_token, comes later).
+      const Time sampled = pd && pd->times(r.id).parked != kNever ? pd->times(r.id).parked : r.first_token;
       span("queued", r.arrival, r.first_scheduled == kNever ? r.finish : r.first_scheduled);
-      span("prefill", r.first_scheduled, r.first_token);
+      span("prefill", r.first_scheduled, sampled);
       if (pd && pd->times(r.id).transfer_start != kNever) {  // 1P1D: waits for a seat, moves, then decodes
         const HandoffTimes& t = pd->times(r.id);
-        span("handoff_wait", r.first_token, t.transfer_start);
+        span("handoff_wait", sampled, t.transfer_start);
         span("transfer", t.transfer_start, t.transfer_end);
         span("decode", t.transfer_end, r.finish);
       } else {

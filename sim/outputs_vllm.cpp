@@ -193,13 +193,14 @@ void VllmResult::on_request_done(const Request& r) {
   if (r.alive()) return;  // left one instance for another (prefill -> decode)
   make_room(r.id);
   if (r.status == RequestStatus::Finished)
-    spill(r.id);
+    spill(r.id, r.first_token);
   else
     std::vector<Time>().swap(in_flight_[size_t(r.id)]);
 }
 
-void VllmResult::spill(ReqId id) {
+void VllmResult::spill(ReqId id, Time first_token) {
   std::vector<Time>& t = in_flight_[size_t(id)];
+  if (!t.empty() && first_token != kNever) t.front() = first_token;
   offset_[size_t(id)] = scratch_len_;
   num_tokens_[size_t(id)] = int32_t(t.size());
   if (!t.empty() && std::fwrite(t.data(), sizeof(Time), t.size(), scratch_) != t.size()) failed_ = true;
@@ -233,7 +234,7 @@ bool VllmResult::write(const Engine& e, const Summary& s, const Workload& w) {
   for (const Request& r : reqs)
     if (r.status == RequestStatus::Finished && (size_t(r.id) >= num_tokens_.size() || num_tokens_[size_t(r.id)] < 0)) {
       make_room(r.id);
-      spill(r.id);
+      spill(r.id, r.first_token);
     }
   if (std::fflush(scratch_) != 0) failed_ = true;
 

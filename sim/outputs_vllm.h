@@ -60,7 +60,9 @@ class VllmResult {
   long double itl_sum_s_ = 0;
 
   void make_room(ReqId id);
-  void spill(ReqId id);
+  // `first_token`: the client's first token (Request::first_token), which replaces the first
+  // step's time (1P1D with first_token_from: decode: the transfer's end, not P's step).
+  void spill(ReqId id, Time first_token);
   bool read_tokens(ReqId id, std::vector<Time>& out);
 };
 

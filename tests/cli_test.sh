@@ -746,6 +746,44 @@ tracks = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_na
 assert tracks == {0: "instance 0 (prefill, TP 1)", 1: "instance 1 (decode, TP 1)"}, tracks
 PY
 fi
+# Issue #32 (6): disaggregation.first_token_from says which first token the client sees; with
+# decode, TTFT is the after-transfer figure, and TPOT, ITL and goodput follow.
+expect 0 "" -- run "$st4" "${few[@]}" --set disaggregation.enabled=true --set disaggregation.first_token_from=decode \
+  --out "$lay/pdd"
+expect 2 "field 'disaggregation.first_token_from': unknown source 'client' \\(known: prefill, decode\\)" -- \
+  validate "$st4" --set disaggregation.first_token_from=client
+expect 0 "^layout 1P1D .* TTFT counts the first token as the decode instance streams it" -- \
+  run "$st4" --set requests.count=20 --set disaggregation.enabled=true --set disaggregation.first_token_from=decode
+if command -v python3 >/dev/null; then
+  check "first_token_from: decode: TTFT = ttft_after_transfer_ms, requests.csv's first token = transfer end" \
+    python3 - "$lay" <<'PY'
+import csv, json, sys
+d = sys.argv[1]
+p, q = (json.load(open(f"{d}/{n}/summary.json")) for n in ("pd", "pdd"))
+assert q["layout"]["first_token_from"] == "decode" and q["disaggregation"]["first_token_from"] == "decode"
+for k in ("count", "mean", "p50", "p90", "p99", "max"):
+    assert q["ttft_ms"][k] == q["disaggregation"]["ttft_after_transfer_ms"][k], k
+assert p["ttft_ms"]["p50"] < p["disaggregation"]["ttft_after_transfer_ms"]["p50"]
+assert q["tpot_ms"]["mean"] < p["tpot_ms"]["mean"]  # the transfer left the first gap
+rows = list(csv.DictReader(open(f"{d}/pdd/requests.csv")))
+assert rows and all(r["first_token_s"] == r["transfer_end_s"] for r in rows if int(r["output_len"]) > 1)
+v = json.load(open(f"{d}/pdd/vllm_result.json"))  # vLLM's figures count the same first token
+assert abs(v["mean_ttft_ms"] - q["ttft_ms"]["mean"]) < 1e-6 and abs(v["mean_itl_ms"] - q["itl_ms"]["mean"]) < 1e-6, v
+PY
+  # The SLO follows: a TTFT bound between P's and D's medians passes more requests counted at P.
+  mid=$(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print((s['ttft_ms']['p50'] + s['disaggregation']['ttft_after_transfer_ms']['p50']) / 2)" "$lay/pd/summary.json")
+  expect 0 "" -- run "$st4" "${few[@]}" --set disaggregation.enabled=true --set "slo.ttft_ms=$mid" --set slo.tpot_ms=1000 \
+    --out "$lay/pd-slo"
+  expect 0 "" -- run "$st4" "${few[@]}" --set disaggregation.enabled=true --set disaggregation.first_token_from=decode \
+    --set "slo.ttft_ms=$mid" --set slo.tpot_ms=1000 --out "$lay/pdd-slo"
+  check "goodput follows first_token_from: fewer requests meet a TTFT bound counted at D" python3 - "$lay" <<'PY'
+import json, sys
+d = sys.argv[1]
+p, q = (json.load(open(f"{d}/{n}/summary.json"))["goodput"]["fraction"] for n in ("pd-slo", "pdd-slo"))
+print(f"    goodput fraction: TTFT at P {p:.3f}, at D {q:.3f}")
+assert p >= 0.5 > q, (p, q)
+PY
+fi
 
 echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
 sort -rn "$times" | head -${CLI_SLOWEST:-10} | cut -c1-160

@@ -478,14 +478,14 @@ TEST_CASE("layout: one instance, TP 2, data_parallel replicas and 1P1D record in
        "sim",
        "prefill",
        "1P1D (prefill TP 1 + decode TP 1, sim channel), 2 GPUs"},
-      {{kPd, {"disaggregation.decode.tp", "2"}},
+      {{kPd, {"disaggregation.decode.tp", "2"}, {"disaggregation.first_token_from", "decode"}},
        {"prefill", "decode"},
        3,
        3,
        1,
        true,
        "sim",
-       "prefill",
+       "decode",
        "1P1D (prefill TP 1 + decode TP 2, sim channel), 3 GPUs"},
   };
   for (const Case& c : cases) {
@@ -575,4 +575,57 @@ TEST_CASE("kv_cache: one instance keeps its figures; several give each pool's ow
   again.engine->run();
   CHECK(d_peak > 0);
   CHECK(s.instances[1].kv_peak_util == doctest::Approx(d_peak / 6000.0));
+}
+
+TEST_CASE("1P1D first_token_from: decode: TTFT is the after-transfer figure; TPOT, ITL and goodput follow") {
+  Run at_p(kPdWorkload, {kPd}), at_d(kPdWorkload, {kPd, {"disaggregation.first_token_from", "decode"}});
+  const Summary p = at_p.engine->run(), d = at_d.engine->run();
+  REQUIRE(p.finished == 80);
+  REQUIRE(d.finished == 80);
+  REQUIRE(d.disaggregation.delivered == 80);  // every request moved: none could pass vacuously
+  // The default (prefill) counts P's token, before the transfer: earlier than D's.
+  CHECK(p.layout.first_token_from == "prefill");
+  CHECK(p.ttft_ms.p50 < p.disaggregation.ttft_after_transfer_ms.p50);
+  // decode: TTFT is the after-transfer figure, exactly.
+  CHECK(d.layout.first_token_from == "decode");
+  const Percentiles &t = d.ttft_ms, &a = d.disaggregation.ttft_after_transfer_ms;
+  CHECK(t.n == a.n);
+  CHECK(t.mean == a.mean);
+  CHECK(t.p50 == a.p50);
+  CHECK(t.p90 == a.p90);
+  CHECK(t.p99 == a.p99);
+  CHECK(t.max == a.max);
+  // The schedule is the same (which token the client sees changes no step): the after-transfer
+  // figure is the same in both runs, and so is every request's last token and finish.
+  CHECK(p.disaggregation.ttft_after_transfer_ms.mean == a.mean);
+  const Handoff* h = at_d.engine->handoff();
+  REQUIRE(h);
+  int64_t later = 0;
+  for (size_t i = 0; i < at_d.engine->requests().size(); ++i) {
+    const Request &rp = at_p.engine->requests()[i], &rd = at_d.engine->requests()[i];
+    CHECK(rd.first_token == h->times(rd.id).transfer_end);
+    CHECK(rp.first_token == h->times(rd.id).parked);
+    CHECK(rd.last_token == rp.last_token);
+    CHECK(rd.finish == rp.finish);
+    later += rd.first_token > rp.first_token;
+  }
+  CHECK(later == 80);
+  // TPOT and ITL count from D's first token: the transfer is in TTFT, not in the first gap.
+  CHECK(d.tpot_ms.mean < p.tpot_ms.mean);
+  CHECK(d.itl_ms.n == p.itl_ms.n);
+  CHECK(d.itl_ms.max < p.itl_ms.max);
+  // The SLO follows: a TTFT bound between P's and D's medians.
+  const double slo = (p.ttft_ms.p50 + a.p50) / 2;
+  const std::vector<Override> bound{kPd, {"slo.ttft_ms", fmt::format("{}", slo)}};
+  std::vector<Override> bound_d = bound;
+  bound_d.push_back({"disaggregation.first_token_from", "decode"});
+  Run gp(kPdWorkload, bound), gd(kPdWorkload, bound_d);
+  const Summary sp = gp.engine->run(), sd = gd.engine->run();
+  int64_t within = 0;
+  for (const Request& r : gd.engine->requests())
+    within += to_ms(gd.engine->handoff()->times(r.id).transfer_end - r.arrival) <= slo;
+  CHECK(sd.goodput_fraction == doctest::Approx(double(within) / 80));
+  CHECK(sd.goodput_fraction < sp.goodput_fraction);
+  CHECK(sp.goodput_fraction >= 0.5);
+  CHECK(sd.goodput_fraction <= 0.5);
 }
