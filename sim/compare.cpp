@@ -10,12 +10,14 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
 #include "core/json_strict.h"
 #include "sim/config.h"
 #include "sim/csv.h"
+#include "sim/outputs_schema.h"
 
 namespace tandem {
 
@@ -155,6 +157,93 @@ void print_comparability_notes(const nlohmann::json& a, const nlohmann::json& b,
   fmt::print(os, "all requests each run finished:\n");
 }
 
+// A run's layout object (null for a summary.json from before tandem recorded it).
+const nlohmann::json& layout_of(const nlohmann::json& j) {
+  static const nlohmann::json none;
+  const nlohmann::json* l = lookup(j, "layout");
+  return l && l->is_object() ? *l : none;
+}
+int64_t layout_count(const nlohmann::json& l, const char* key) {
+  const nlohmann::json* v = l.is_object() ? lookup(l, key) : nullptr;
+  return v && v->is_number_integer() ? v->get<int64_t>() : 0;
+}
+bool layout_flag(const nlohmann::json& l, const char* key) {
+  const nlohmann::json* v = l.is_object() ? lookup(l, key) : nullptr;
+  return v && v->is_boolean() && v->get<bool>();
+}
+
+// What the two runs ran on: a warning when the GPU (or, without GPUs, rank) counts differ, naming
+// the equal-hardware baseline; a note when only the instance counts differ, or a layout is unknown.
+void print_hardware_notes(const nlohmann::json& a, const nlohmann::json& b, std::ostream& os) {
+  const nlohmann::json &la = layout_of(a), &lb = layout_of(b);
+  if (layout_text(la) == "layout unknown" || layout_text(lb) == "layout unknown") {
+    for (const auto& [name, l] : {std::pair{"A", &la}, std::pair{"B", &lb}})
+      if (layout_text(*l) == "layout unknown")
+        fmt::print(os,
+                   "note: {}'s layout is unknown (its summary.json was written before tandem recorded one): whether "
+                   "the two ran on equal hardware cannot be told\n",
+                   name);
+    return;
+  }
+  // GPUs when both hold some; else ranks (a CPU run, or simulated against measured on the CPU).
+  const bool gpus = layout_count(la, "num_gpus") > 0 && layout_count(lb, "num_gpus") > 0;
+  const char* key = gpus ? "num_gpus" : "num_ranks";
+  const char* unit = gpus ? "GPU" : "rank";
+  const int64_t ha = layout_count(la, key), hb = layout_count(lb, key);
+  const int64_t ia = layout_count(la, "num_instances"), ib = layout_count(lb, "num_instances");
+  const auto many = [&](int64_t n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); };
+  if (ha == hb) {
+    if (ia != ib)
+      fmt::print(os, "note: equal hardware ({} each) in different instance counts: A {}, B {}\n", many(ha, unit), ia,
+                 ib);
+    return;
+  }
+  fmt::print(os,
+             "warning: not equal hardware: A runs {} on {}, B {} on {}; throughput, goodput and capacity grow with "
+             "hardware\n",
+             many(ia, "instance"), many(ha, unit), many(ib, "instance"), many(hb, unit));
+  // The smaller run as colocated replicas of its own TP on the larger run's hardware.
+  const bool a_smaller = ha < hb;
+  const nlohmann::json& small = a_smaller ? la : lb;
+  const int64_t big = a_smaller ? hb : ha, own = a_smaller ? ha : hb;
+  const int64_t n_small = layout_count(small, "num_instances");
+  const int64_t per = n_small > 0 && own % n_small == 0 ? own / n_small : 0;  // each replica's share
+  if (!layout_flag(small, "disaggregation") && per > 0 && big % per == 0)
+    fmt::print(os,
+               "warning: the equal-hardware baseline for this comparison is {}'s workload with --set "
+               "engine.data_parallel={} ({} colocated replicas, {})\n",
+               a_smaller ? "A" : "B", big / per, big / per, many(big, unit));
+  else
+    fmt::print(os, "warning: compare with a run of {} for equal hardware\n", many(std::max(ha, hb), unit));
+}
+
+// Per-instance rows, by role and place within the role (instances.prefill[0].steps): a prefill
+// instance is never set against a colocated one. A one-instance summary.json without
+// `instances` (older files) gives its run-wide figures as colocated[0].
+std::vector<std::pair<std::string, double>> instance_rows(const nlohmann::json& j) {
+  std::vector<std::pair<std::string, double>> out;
+  const nlohmann::json* in = lookup(j, "instances");
+  if (!in || !in->is_array()) {
+    const nlohmann::json* l = lookup(j, "layout");
+    if (l && l->is_object() && layout_count(*l, "num_instances") > 1) return out;
+    for (const auto& [from, to] : {std::pair{"steps", "steps"}, std::pair{"kv_cache.mean_util", "kv_mean_util"},
+                                   std::pair{"kv_cache.peak_util", "kv_peak_util"}})
+      if (const nlohmann::json* v = lookup(j, from); v && v->is_number())
+        out.emplace_back(fmt::format("instances.colocated[0].{}", to), v->get<double>());
+    return out;
+  }
+  std::map<std::string, int> seen;
+  for (const nlohmann::json& i : *in) {
+    if (!i.is_object()) continue;
+    const std::string role = i.contains("role") && i["role"].is_string() ? i["role"].get<std::string>() : "instance";
+    const int k = seen[role]++;
+    for (const char* f : {"steps", "busy_fraction", "kv_mean_util", "kv_peak_util"})
+      if (i.contains(f) && i[f].is_number())
+        out.emplace_back(fmt::format("instances.{}[{}].{}", role, k, f), i[f].get<double>());
+  }
+  return out;
+}
+
 }  // namespace
 
 int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostream& os) {
@@ -170,7 +259,7 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
     return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string("?");
   };
   auto label = [&](const nlohmann::json& j, const std::string& dir) {
-    return fmt::format("{} ({}, {})", dir, text(j, "backend"), text(j, "policy"));
+    return fmt::format("{} ({}, {}, {})", dir, text(j, "backend"), text(j, "policy"), layout_text(layout_of(j)));
   };
   std::vector<std::string> keys;
   for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms"})
@@ -213,28 +302,58 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
         return 2;
       }
   fmt::print(os, "A = {}\nB = {}\n", label(a, dir_a), label(b, dir_b));
+  // Which first token each run's ttft_ms (and so TPOT, ITL, goodput) counts.
+  for (const auto& [name, j] : {std::pair{"A", &a}, std::pair{"B", &b}}) {
+    const nlohmann::json& l = layout_of(*j);
+    const bool at_p = l.is_object() && l.contains("first_token_from") && l["first_token_from"] == "prefill";
+    fmt::print(os, "TTFT {}: {}{}\n", name, first_token_text(l),
+               at_p ? " (a client served by the decode instance: disaggregation.ttft_after_transfer_ms)" : "");
+  }
+  print_hardware_notes(a, b, os);
+  if (layout_count(layout_of(a), "num_instances") > 1 || layout_count(layout_of(b), "num_instances") > 1)
+    fmt::print(os,
+               "note: steps, steps_mix and prefix_cache count every instance of a run together; the instances.* rows "
+               "give each instance's (by role), '-' where a run has no such instance\n");
   try {
     print_comparability_notes(a, b, dir_a, dir_b, os);
   } catch (const InputError& e) {
     std::cerr << "tandem compare: " << e.what() << "\n";
     return 2;
   }
-  // The metric column fits the longest key printed (34 unless a 1P1D key is).
-  size_t width = 34;
-  for (const auto& k : keys)
-    if (lookup(a, k) || lookup(b, k)) width = std::max(width, k.size() + 1);
-  fmt::print(os, "{:<{}}{:>14}{:>14}{:>12}\n", "metric", width, "A", "B", "(B-A)/A");
+  // Rows: the keys above, then each instance's (by role). A row that one run has not (a 1P1D
+  // figure of a colocated run, an instance of a role the other run lacks) prints "-" there.
+  std::vector<std::tuple<std::string, std::optional<double>, std::optional<double>>> rows;
   for (const auto& k : keys) {
     const nlohmann::json* va = lookup(a, k);
     const nlohmann::json* vb = lookup(b, k);
     if (!va && !vb) continue;
-    const double x = va ? va->get<double>() : NAN, y = vb ? vb->get<double>() : NAN;
+    rows.emplace_back(k, va ? std::optional(va->get<double>()) : std::nullopt,
+                      vb ? std::optional(vb->get<double>()) : std::nullopt);
+  }
+  // A's instances in their order, then B's that A has not; each instance's figures together.
+  const std::vector<std::pair<std::string, double>> ia = instance_rows(a), ib = instance_rows(b);
+  const std::map<std::string, double> ma(ia.begin(), ia.end()), mb(ib.begin(), ib.end());
+  std::vector<std::string> instance_keys;
+  for (const auto* v : {&ia, &ib})
+    for (const auto& [k, x] : *v)
+      if (std::find(instance_keys.begin(), instance_keys.end(), k) == instance_keys.end()) instance_keys.push_back(k);
+  for (const std::string& k : instance_keys) {
+    const auto fa = ma.find(k), fb = mb.find(k);
+    rows.emplace_back(k, fa != ma.end() ? std::optional(fa->second) : std::nullopt,
+                      fb != mb.end() ? std::optional(fb->second) : std::nullopt);
+  }
+  // The metric column fits the longest key printed (34 unless a 1P1D or instance key is longer).
+  size_t width = 34;
+  for (const auto& [k, x, y] : rows) width = std::max(width, k.size() + 1);
+  fmt::print(os, "{:<{}}{:>14}{:>14}{:>12}\n", "metric", width, "A", "B", "(B-A)/A");
+  const auto cell = [](const std::optional<double>& v) { return v ? fmt::format("{:.4g}", *v) : std::string("-"); };
+  for (const auto& [k, x, y] : rows) {
     std::string rel = "-";
-    if (va && vb && x != 0)
-      rel = fmt::format("{:+.1f}%", 100.0 * (y - x) / std::fabs(x));
-    else if (va && vb && x == 0 && y == 0)
+    if (x && y && *x != 0)
+      rel = fmt::format("{:+.1f}%", 100.0 * (*y - *x) / std::fabs(*x));
+    else if (x && y && *x == 0 && *y == 0)
       rel = "0.0%";
-    fmt::print(os, "{:<{}}{:>14.4g}{:>14.4g}{:>12}\n", k, width, x, y, rel);
+    fmt::print(os, "{:<{}}{:>14}{:>14}{:>12}\n", k, width, cell(x), cell(y), rel);
   }
   return 0;
 }

@@ -784,6 +784,27 @@ print(f"    goodput fraction: TTFT at P {p:.3f}, at D {q:.3f}")
 assert p >= 0.5 > q, (p, q)
 PY
 fi
+# compare: the header names each layout and which first token each TTFT counts; unequal hardware
+# is a warning that names the equal-hardware baseline; '-' where a figure does not apply; per
+# instance rows by role; a summary.json from before the layout was recorded still compares.
+expect 0 "^B = .*/pd \\(sim, continuous, 1P1D \\(prefill TP 1 \\+ decode TP 1, sim channel\\), 2 GPUs\\)" -- \
+  compare "$lay/colo" "$lay/pd"
+expect 0 "^A = .*/colo \\(sim, continuous, 1 instance, 1 GPU\\)" -- compare "$lay/colo" "$lay/pd"
+expect 0 "^warning: not equal hardware: A runs 1 instance on 1 GPU, B 2 instances on 2 GPUs" -- \
+  compare "$lay/colo" "$lay/pd"
+expect 0 "^warning: the equal-hardware baseline for this comparison is A's workload with --set engine.data_parallel=2" -- \
+  compare "$lay/colo" "$lay/pd"
+expect 0 "^disaggregation.transfers.delivered +- +[0-9]+ +-$" -- compare "$lay/colo" "$lay/pd"
+expect 0 "^instances.prefill\\[0\\].busy_fraction +- +0\\.[0-9]+ +-$" -- compare "$lay/colo" "$lay/pd"
+expect 0 "^TTFT B: the prefill instance's first token, streamed before the KV transfer" -- compare "$lay/colo" "$lay/pd"
+check "compare prints no nan" bash -c "! '$tandem' compare '$lay/colo' '$lay/pd' | grep -qi nan"
+check "compare dp2 vs 1P1D: equal hardware, no warning" bash -c "! '$tandem' compare '$lay/dp2' '$lay/pd' | grep -q '^warning'"
+expect 0 "^instances.colocated\\[1\\].steps +[0-9.e+]+ +- +-$" -- compare "$lay/dp2" "$lay/pd"
+expect 0 "^TTFT B: the first token as the decode instance streams it" -- compare "$lay/pd" "$lay/pdd"
+# Written by tandem at 13ebbfb, before the layout was recorded.
+expect 0 "^A = .*pre_layout \\(sim, continuous, layout unknown\\)" -- compare "$src/tests/data/compare/pre_layout" "$lay/pd"
+expect 0 "^note: A's layout is unknown" -- compare "$src/tests/data/compare/pre_layout" "$lay/pd"
+expect 0 "^kv_cache.mean_util +0\\.[0-9]+ +- +-$" -- compare "$src/tests/data/compare/pre_layout" "$lay/pd"
 
 echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
 sort -rn "$times" | head -${CLI_SLOWEST:-10} | cut -c1-160
