@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/json_strict.h"
+#include "sim/outputs_schema.h"
 #include "sim/sweep_run.h"
 
 namespace tandem {
@@ -58,6 +59,18 @@ std::string unfinished_note(const nlohmann::json& run) {
   if (finished == total) return "";
   return fmt::format("{} of {} finished ({} failed, {} cancelled): latencies over the finished only", finished, total,
                      m.value("requests.failed", int64_t(0)), m.value("requests.cancelled", int64_t(0)));
+}
+
+// A point's layout (null in a result from before tandem recorded it), and where the first token
+// that its ttft_ms counts comes from ("" when unknown).
+const nlohmann::json& layout_of_point(const nlohmann::json& point) {
+  static const nlohmann::json none;
+  return point.is_object() && point.contains("layout") && point["layout"].is_object() ? point["layout"] : none;
+}
+std::string first_token_from(const nlohmann::json& point) {
+  const nlohmann::json& l = layout_of_point(point);
+  return l.contains("first_token_from") && l["first_token_from"].is_string() ? l["first_token_from"].get<std::string>()
+                                                                             : "";
 }
 
 }  // namespace
@@ -117,7 +130,7 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
   std::string csv = "index,name";
   csv.append(keys).append(",rate,offered_rate,meets_slo,why");
   for (const auto& m : metrics) csv.append(",").append(m);
-  csv.append(",note\n");
+  csv.append(",layout,layout.first_token_from,note\n");
   std::string cap_csv = "index,name";
   cap_csv.append(keys).append(",status,capacity,first_missed,limited_by,runs\n");
   std::vector<int64_t> missing;
@@ -137,6 +150,8 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
       csv.append(fmt::format("{},{},{},{},{}", lead, num(run["rate"]), num(run["offered_rate"]),
                              run.contains("meets_slo") ? num(run["meets_slo"]) : "", cell(run.value("why", ""))));
       for (const auto& m : metrics) csv.append(",").append(run["metrics"].contains(m) ? num(run["metrics"][m]) : "");
+      csv.append(",").append(cell(layout_brief(layout_of_point(r))));
+      csv.append(",").append(cell(first_token_from(r)));
       csv.append(",").append(cell(unfinished_note(run))).append("\n");
     }
     if (r.contains("capacity")) {
@@ -160,10 +175,32 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
   size_t name_w = 5;
   for (const auto& p : plan.points) name_w = std::max(name_w, p.name.size());
   name_w = std::min<size_t>(name_w, 60);
+  // Each point's layout (GPUs, and in 1P1D which first token its TTFT counts), so that points on
+  // different hardware are not read as alike.
+  size_t layout_w = 6;
+  bool any_multi = false;
+  const auto layout_cell = [&](int64_t index) {
+    const auto it = results.find(index);
+    return it == results.end() ? std::string("-") : layout_brief(layout_of_point(it->second));
+  };
+  for (const auto& p : plan.points) {
+    layout_w = std::max(layout_w, layout_cell(p.index).size());
+    if (const auto it = results.find(p.index); it != results.end()) {
+      const nlohmann::json& l = layout_of_point(it->second);
+      any_multi = any_multi || (l.contains("num_instances") && l["num_instances"].is_number_integer() &&
+                                l["num_instances"].get<int64_t>() > 1);
+    }
+  }
+  const auto layout_footer = [&] {
+    if (any_multi)
+      fmt::print(table,
+                 "layout: the GPUs each point ran on (dpN: N colocated replicas); 1P1D's TTFT@P counts the prefill "
+                 "instance's first token, TTFT@D the decode instance's (disaggregation.first_token_from: decode)\n");
+  };
   bool any_unfinished = false;
   if (plan.capacity) {
-    fmt::print(table, "{:<{}}  {:>12}  {:<11}  {:>5}  {}\n", "point", name_w, "capacity", "status", "runs",
-               "limited by (first rate missed)");
+    fmt::print(table, "{:<{}}  {:>12}  {:<11}  {:>5}  {:<{}}  {}\n", "point", name_w, "capacity", "status", "runs",
+               "layout", layout_w, "limited by (first rate missed)");
     for (const auto& p : plan.points) {
       const auto it = results.find(p.index);
       if (it == results.end() || it->second.contains("error")) {
@@ -180,7 +217,8 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
       const std::string cap = st == "below_lo"      ? fmt::format("< {:.4g}", plan.capacity->lo)
                               : st == "at_least_hi" ? fmt::format(">= {:.4g}", plan.capacity->hi)
                                                     : fmt::format("{:.4g}", c["rate"].get<double>());
-      fmt::print(table, "{:<{}}  {:>12}  {:<11}  {:>5}  {}\n", p.name, name_w, cap, st, c["runs"].get<int>(), limited);
+      fmt::print(table, "{:<{}}  {:>12}  {:<11}  {:>5}  {:<{}}  {}\n", p.name, name_w, cap, st, c["runs"].get<int>(),
+                 layout_cell(p.index), layout_w, limited);
     }
     fmt::print(
         table, "capacity: the highest {} that met {} (in {}); results.csv has every run\n", plan.rate_key,
@@ -195,9 +233,10 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
           return t;
         }(),
         fmt::format("[{}, {}], tolerance {}", plan.capacity->lo, plan.capacity->hi, plan.capacity->tolerance));
+    layout_footer();
   } else {
-    fmt::print(table, "{:<{}}  {:>8}  {:>11}  {:>11}  {:>11}  {:>9}  {:>11}\n", "point", name_w, "rate", "ttft p99 ms",
-               "tpot p99 ms", "itl p99 ms", "req/s", "finished");
+    fmt::print(table, "{:<{}}  {:>8}  {:>11}  {:>11}  {:>11}  {:>9}  {:>11}  {}\n", "point", name_w, "rate",
+               "ttft p99 ms", "tpot p99 ms", "itl p99 ms", "req/s", "finished", "layout");
     for (const auto& p : plan.points) {
       const auto it = results.find(p.index);
       if (it == results.end() || it->second.contains("error")) {
@@ -211,13 +250,14 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
         const bool unfinished = !unfinished_note(run).empty();
         any_unfinished = any_unfinished || unfinished;
         fmt::print(
-            table, "{:<{}}  {:>8.4g}  {:>11}  {:>11}  {:>11}  {:>9}  {:>10}{}\n", p.name, name_w,
+            table, "{:<{}}  {:>8.4g}  {:>11}  {:>11}  {:>11}  {:>9}  {:>10}{}  {}\n", p.name, name_w,
             run["rate"].get<double>(), g("ttft_ms.p99"), g("tpot_ms.p99"), g("itl_ms.p99"),
             g("throughput.requests_per_s"),
             fmt::format("{}/{}", m.value("requests.finished", int64_t(0)), m.value("requests.total", int64_t(0))),
-            unfinished ? "*" : " ");
+            unfinished ? "*" : " ", layout_cell(p.index));
       }
     }
+    layout_footer();
     if (any_unfinished)
       fmt::print(table,
                  "* not every request finished: that row's latencies are over fewer requests than a complete row's; "

@@ -31,7 +31,8 @@ const std::vector<std::string>& sweep_metric_columns() {
          {"queue_ms.mean", "queue_ms.p99", "throughput.requests_per_s", "throughput.output_tokens_per_s",
           "throughput.total_tokens_per_s", "goodput.fraction", "goodput.requests_per_s", "jitter_ms",
           "prefix_cache.hit_rate", "kv_cache.mean_util", "kv_cache.peak_util", "disaggregation.transfers.delivered",
-          "disaggregation.transfer_ms.p50", "steps", "makespan_s"})
+          "disaggregation.transfer_ms.p50", "disaggregation.ttft_after_transfer_ms.p99", "steps", "makespan_s",
+          "layout.num_instances", "layout.num_gpus"})
       c.push_back(k);
     return c;
   }();
@@ -78,7 +79,7 @@ nlohmann::json simulate_point(Workload w, double rate, const std::optional<std::
   nlohmann::json metrics = nlohmann::json::object();
   for (const std::string& c : sweep_metric_columns())
     if (const nlohmann::json* v = json_at_path(full, c); v && v->is_number()) metrics[c] = *v;
-  nlohmann::json out = {{"rate", rate}, {"offered_rate", offered}, {"metrics", metrics}};
+  nlohmann::json out = {{"rate", rate}, {"offered_rate", offered}, {"metrics", metrics}, {"layout", full["layout"]}};
   if (!s.failed_by_reason.empty()) out["failed_by_reason"] = s.failed_by_reason;
   out["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // The SLO check reads the summary's own shape.
@@ -117,8 +118,15 @@ std::vector<nlohmann::json> run_points(const SweepPlan& plan, const std::vector<
     std::vector<nlohmann::json> runs(s.runs.begin(), s.runs.end());
     std::stable_sort(runs.begin(), runs.end(),
                      [](const nlohmann::json& a, const nlohmann::json& b) { return a["rate"] < b["rate"]; });
+    // The point's layout (instances, GPUs, which first token TTFT counts): the same for each of its runs.
+    nlohmann::json layout;
+    for (auto& run : runs) {
+      if (run.contains("layout") && layout.is_null()) layout = run["layout"];
+      run.erase("layout");
+    }
     nlohmann::json r = {{"index", p.index}, {"key", p.key},        {"name", p.name},
                         {"params", params}, {"build", build_id()}, {"runs", runs}};
+    if (!layout.is_null()) r["layout"] = layout;
     if (!s.error.empty()) {
       r["error"] = s.error;
     } else if (s.search) {

@@ -805,6 +805,28 @@ expect 0 "^TTFT B: the first token as the decode instance streams it" -- compare
 expect 0 "^A = .*pre_layout \\(sim, continuous, layout unknown\\)" -- compare "$src/tests/data/compare/pre_layout" "$lay/pd"
 expect 0 "^note: A's layout is unknown" -- compare "$src/tests/data/compare/pre_layout" "$lay/pd"
 expect 0 "^kv_cache.mean_util +0\\.[0-9]+ +- +-$" -- compare "$src/tests/data/compare/pre_layout" "$lay/pd"
+# The sweep: each point's layout in its tables and results.csv; its SLO checks the same TTFT.
+cat >"$lay/sweep.yaml" <<EOF
+workload: $st4
+set: {requests.count: 80, disaggregation.enabled: true}
+configs:
+  - name: ttft-at-p
+  - name: ttft-at-d
+    set: {disaggregation.first_token_from: decode}
+rates: [8]
+EOF
+expect 0 "^ttft-at-d +8 .*  1P1D, 2 GPUs, TTFT@D$" -- sweep "$lay/sweep.yaml" --out "$lay/sweep"
+if command -v python3 >/dev/null; then
+  check "sweep results.csv: TTFT@D rows' ttft_ms.p99 is the after-transfer p99" python3 - "$lay/sweep/results.csv" <<'PY'
+import csv, sys
+rows = {r["name"]: r for r in csv.DictReader(open(sys.argv[1]))}
+d, p = rows["ttft-at-d"], rows["ttft-at-p"]
+assert d["layout.first_token_from"] == "decode" and p["layout.first_token_from"] == "prefill"
+assert d["ttft_ms.p99"] == d["disaggregation.ttft_after_transfer_ms.p99"], d
+assert float(p["ttft_ms.p99"]) < float(p["disaggregation.ttft_after_transfer_ms.p99"]), p
+assert d["layout.num_gpus"] == "2" and d["layout"] == "1P1D, 2 GPUs, TTFT@D"
+PY
+fi
 
 echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
 sort -rn "$times" | head -${CLI_SLOWEST:-10} | cut -c1-160
