@@ -4,8 +4,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include <filesystem>
-
+#include "backend/transfer/auth.h"
 #include "sim/config_sections.h"
 
 namespace tandem {
@@ -151,8 +150,11 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
     if (c.has("secret_file")) {
       ch.secret_file = c["secret_file"].as_path();
       c["secret_file"].require_file(ch.secret_file);
-      if (std::filesystem::file_size(ch.secret_file) < 16)
-        c["secret_file"].fail("the shared secret must have at least 16 characters");
+      try {  // the rules the worker applies: the trimmed length, no access by group or others
+        (void)transfer::read_secret_file(ch.secret_file);
+      } catch (const InputError& e) {
+        c["secret_file"].fail(e.what());
+      }
       if (ch.kind != "tcp") c["secret_file"].fail("a secret is for the tcp channel only");
     }
   }

@@ -44,17 +44,6 @@ std::pair<std::string, uint16_t> split_host_port(const std::string& s) {
   return {s.substr(0, colon), uint16_t(std::stoi(port))};
 }
 
-std::string read_secret(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw InputError(fmt::format("{}: cannot read the shared secret", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-  if (s.size() < 16) throw InputError(fmt::format("{}: the shared secret must have at least 16 characters", path));
-  return s;
-}
-
 std::span<const std::byte> as_bytes(const std::vector<uint8_t>& v) {
   return {reinterpret_cast<const std::byte*>(v.data()), v.size()};
 }
@@ -156,7 +145,7 @@ DecodeWorkerLink::DecodeWorkerLink(const Workload& w, const InstanceSpec& decode
   link_ = TcpLink::connect(host, port, timeout_);
   // A worker that stops reading blocks a send; no longer than the timeout.
   link_->set_write_timeout(timeout_);
-  if (!ch.secret_file.empty()) authenticate_as_client(*link_, read_secret(ch.secret_file), timeout_);
+  if (!ch.secret_file.empty()) authenticate_as_client(*link_, read_secret_file(ch.secret_file), timeout_);
   // The worker builds the decode instance from its own engine section; nothing of the
   // disaggregation section (paths of this machine) goes over.
   Workload one = instance_workload(w, decode);
@@ -455,15 +444,15 @@ int worker_command(const std::vector<std::string>& args, const std::function<std
               << opts;
     return 0;
   }
-  if (!vm.count("listen")) throw InputError("worker: --listen HOST:PORT is required");
+  if (!vm.count("listen")) throw InputError("--listen HOST:PORT is required");
   const auto [host, port] = split_host_port(vm["listen"].as<std::string>());
-  const std::string secret = vm.count("secret-file") ? read_secret(vm["secret-file"].as<std::string>()) : "";
+  const std::string secret = vm.count("secret-file") ? read_secret_file(vm["secret-file"].as<std::string>()) : "";
   if (!is_loopback(host) && secret.empty())
     throw InputError(fmt::format(
-        "worker: --listen {}: listening off loopback needs --secret-file (a shared secret the client must prove)", host));
+        "--listen {}: listening off loopback needs --secret-file (a shared secret the client must prove)", host));
   const std::string backend = vm["backend"].as<std::string>();
   if (backend != "cpu" && !(backend == "cuda" && cuda))
-    throw InputError(fmt::format("worker --backend {}: not available in this build (known: cpu{})", backend,
+    throw InputError(fmt::format("--backend {}: not available in this build (known: cpu{})", backend,
                                  cuda ? ", cuda" : ""));
   if (backend == "cpu") cpu::set_threads(vm["threads"].as<int>());
   TcpListener listener(host, port);

@@ -219,6 +219,7 @@ int dispatch(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   const std::vector<std::string> rest(argv + 2, argv + argc);
+  const std::string who = cmd == "worker" ? "tandem worker" : "tandem";
   try {
     if (cmd == "run" || cmd == "validate") return cmd_run(rest, cmd == "validate");
     if (cmd == "compare") {
@@ -245,16 +246,17 @@ int dispatch(int argc, char** argv) {
     }
     throw InputError(fmt::format("unknown command '{}'\n{}", cmd, kUsage));
   } catch (const InputError& e) {
-    std::cerr << "tandem: " << e.what() << "\n";
+    std::cerr << who << ": " << e.what() << "\n";
     return 2;
   } catch (const YAML::Exception& e) {  // a shape of YAML the checked reader did not expect
-    std::cerr << "tandem: invalid workload YAML: " << e.what() << "\n";
+    std::cerr << who << ": invalid workload YAML: " << e.what() << "\n";
     return 2;
   } catch (const po::error& e) {
-    std::cerr << "tandem: " << e.what() << "\n" << kUsage;
+    std::cerr << who << ": " << e.what() << "\n" << kUsage;
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "tandem: run failed: " << e.what() << "\n";
+    // A worker is a service, not a run: its errors (a port in use, a listener that failed) say so.
+    std::cerr << (cmd == "worker" ? "tandem worker: " : "tandem: run failed: ") << e.what() << "\n";
     return 1;
   }
 }

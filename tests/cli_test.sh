@@ -371,6 +371,8 @@ pd=(--set disaggregation.enabled=true --set disaggregation.channel.kind=tcp)
 printf 'stage4-cli-secret-0123456789\n' >"$s4/secret"
 printf 'not-the-secret-but-long-enough\n' >"$s4/wrong.secret"
 printf 'too-short\n' >"$s4/short.secret"
+printf '0123456789abcde\n' >"$s4/fifteen.secret"  # 16 bytes, 15 characters of secret
+chmod 600 "$s4/secret" "$s4/wrong.secret" "$s4/short.secret" "$s4/fifteen.secret"
 # 1. Bad input: exit 2 naming the field.
 expect 2 "field 'disaggregation.channel.kind': unknown channel 'rdma' \\(known: sim, copy, tcp, nccl\\)" -- \
   validate "$q" --set disaggregation.channel.kind=rdma
@@ -395,8 +397,22 @@ expect 2 "disaggregation.channel.kind: sim only prices a transfer and moves no K
 expect 2 "--clock virtual: the tcp channel's decode worker runs in real time" -- run "$g" "${cpu1[@]}" --clock virtual "${pd[@]}"
 expect 2 "worker: --listen 0.0.0.0: listening off loopback needs --secret-file" -- worker --listen 0.0.0.0:0
 expect 2 "worker: --listen HOST:PORT is required" -- worker
-expect 2 "short.secret: the shared secret must have at least 16 characters" -- \
+expect 2 "short.secret: the shared secret has 9 characters; it must have at least 16" -- \
   worker --listen 127.0.0.1:0 --secret-file "$s4/short.secret"
+# Issue #32, 4. The secret's length is counted without its line end, where the workload is read
+# (file:line:column) and by the worker; a secret file that group or others may read is refused,
+# as ssh refuses such a key.
+printf 'model: tiny\nhardware: h200\nrequests: {count: 2, arrival: {process: burst}, prompt_len: 4, output_len: 2}\ndisaggregation:\n  channel: {kind: tcp, secret_file: fifteen.secret}\n' >"$s4/fifteen.yaml"
+expect 2 "fifteen.yaml:5:37: field 'disaggregation.channel.secret_file': .*fifteen.secret: the shared secret has 15 characters; it must have at least 16" -- \
+  validate "$s4/fifteen.yaml"
+expect 2 "^tandem worker: .*fifteen.secret: the shared secret has 15 characters" -- \
+  worker --listen 127.0.0.1:0 --secret-file "$s4/fifteen.secret"
+cp "$s4/secret" "$s4/open.secret"
+chmod 640 "$s4/open.secret"
+expect 2 "field 'disaggregation.channel.secret_file': .*open.secret: the shared secret may be read or written by group or others \\(mode 0640\\); run chmod 600 .*open.secret" -- \
+  validate "$q" --set disaggregation.channel.kind=tcp --set "disaggregation.channel.secret_file=$s4/open.secret"
+expect 2 "^tandem worker: .*open.secret: the shared secret may be read or written by group or others \\(mode 0640\\); run chmod 600" -- \
+  worker --listen 127.0.0.1:0 --secret-file "$s4/open.secret"
 
 # Helpers. since T0: seconds from EPOCHREALTIME T0 to now.
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'; }
@@ -477,6 +493,12 @@ ended() {
     $c["fail_reason"] == want { lost++ }
     END { printf "    %s: %d rows, %d failed with %s\n", FILENAME, n, lost, want; exit bad || n != rows || lost == 0 }' "$1/requests.csv"
 }
+
+# Issue #32, 4. A worker's errors read "tandem worker: ...", not a run's "tandem: run failed: ...":
+# here its port is taken.
+start_worker busy
+expect 1 "^tandem worker: cannot listen on 127.0.0.1:$wport: " -- worker --listen "127.0.0.1:$wport"
+stop "$wpid"
 
 # 2. Golden over tcp: the decode instance in a second process gives the colocated tokens.
 expect 0 "" -- run "$g" "${cpu1[@]}" --clock wall --out "$s4/colo" --quiet --trace none

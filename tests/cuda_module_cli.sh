@@ -71,7 +71,7 @@ if [ "$cuda_build" = nocuda ]; then
   check "no module beside the binary" test ! -e "$(dirname "$tandem")/tandem-cuda.so"
   # The override is not consulted: this binary exports nothing for a module to bind to.
   expect 2 "--backend cuda: this build has no CUDA backend" TANDEM_CUDA_MODULE="$fakes/fake-cuda-throwing.so" -- run "$src/workloads/cpu_tiny.yaml" --backend cuda
-  expect 2 "worker --backend cuda: not available in this build \\(known: cpu\\)" -- worker --listen 127.0.0.1:0 --backend cuda
+  expect 2 "tandem worker: --backend cuda: not available in this build \\(known: cpu\\)" -- worker --listen 127.0.0.1:0 --backend cuda
   expect 2 "calibrate --backend cuda: not available in this build \\(known: cpu\\)" -- calibrate --backend cuda --model tiny --out "$tmp/p.yaml"
 else
   module=$(dirname "$(readlink -f "$tandem")")/tandem-cuda.so

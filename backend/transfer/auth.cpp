@@ -5,12 +5,17 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <climits>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "core/error.h"
 
 namespace tandem::transfer {
 
@@ -48,6 +53,26 @@ void handshake(std::string_view secret, Body body) {
 }
 
 }  // namespace
+
+std::string read_secret_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw InputError(fmt::format("{}: cannot read the shared secret", path));
+  if (!S_ISREG(st.st_mode)) throw InputError(fmt::format("{}: the shared secret is not a regular file", path));
+  if ((st.st_mode & 077) != 0)
+    throw InputError(
+        fmt::format("{}: the shared secret may be read or written by group or others (mode {:04o}); run chmod 600 {}",
+                    path, st.st_mode & 07777, path));
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw InputError(fmt::format("{}: cannot read the shared secret", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  if (s.size() < kMinSecretChars)
+    throw InputError(fmt::format("{}: the shared secret has {} characters; it must have at least {}", path, s.size(),
+                                 kMinSecretChars));
+  return s;
+}
 
 Nonce random_nonce() {
   Nonce n{};

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "backend/transfer/tcp_link.h"
@@ -29,6 +30,15 @@ Nonce random_nonce();
 Mac hmac_sha256(std::string_view secret, std::string_view label, std::span<const uint8_t, 32> nonce);
 // In time independent of where they differ (CRYPTO_memcmp).
 bool macs_equal(const Mac& a, const Mac& b);
+
+// The shortest shared secret accepted, in bytes of the file without its trailing line ends.
+inline constexpr size_t kMinSecretChars = 16;
+// The shared secret in a file: its bytes without the line ends that `echo` or an editor leave at
+// the end. Throws InputError naming the file when it cannot be read, when its group or others
+// may read or write it (refused as ssh refuses such a private key: the message says `chmod 600
+// FILE`), or when the secret has fewer than kMinSecretChars bytes (the count given is the
+// trimmed one: "0123456789abcde\n" has 15).
+std::string read_secret_file(const std::string& path);
 
 // Run on a fresh link before anything else; each completes within the timeout or throws
 // TransportError("authentication failed: ..."). The server tells a rejected client so (an
