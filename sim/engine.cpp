@@ -156,6 +156,14 @@ void Engine::add_instance_figures(Summary& s) const {
   d.aborted = c.aborted;
   d.stale = c.stale;
   d.cancelled_parked = c.cancelled_parked;
+  d.failed_error = pd_.failed_error;
+  d.failed_corrupt = pd_.failed_corrupt;
+  d.failed_partial = pd_.failed_partial;
+  d.timed_out = pd_.timed_out;
+  d.cancelled_prefill = pd_.cancelled_prefill;
+  d.cancelled_transfer = pd_.cancelled_transfer;
+  d.cancelled_received = pd_.cancelled_received;
+  d.cancelled_decode = pd_.cancelled_decode;
   d.lost = handoff_->open_tickets();  // still open when a lost peer ended the run
   d.bytes = pd_.bytes;
   std::vector<double> transfer = pd_.transfer_ms, wait, after;
@@ -230,13 +238,17 @@ void Engine::on(const Cancel& e) {
   if (!r.alive()) return;
   switch (handoff_->phase(e.id)) {
     case PdPhase::Prefill:
+      ++pd_.cancelled_prefill;
       if (instances_[0]->scheduler.cancel(e.id, now_)) on_request_left(r);
       return;
     case PdPhase::Decode:
+      // Its first token came from P; a second one only from a step on D.
+      ++(r.generated > 1 ? pd_.cancelled_decode : pd_.cancelled_received);
       if (instances_[1]->scheduler.cancel(e.id, now_)) on_request_left(r);
       return;
     case PdPhase::Parked: handoff_->cancel(e.id, now_, true); break;
     case PdPhase::Transfer:
+      ++pd_.cancelled_transfer;
       // Blocks are freed now only if the channel stops writing now; else at its completion.
       handoff_->cancel(e.id, now_, channel_->abort(handoff_->ticket_of(e.id), now_));
       break;
@@ -257,7 +269,19 @@ void Engine::on(const TransferDone& e) {
   }
   if (o == Handoff::Outcome::Delivered && first_token_at_decode_)
     metrics_.on_token(requests_.requests[size_t(id)], now_);  // D streams the first token now
-  if (o == Handoff::Outcome::Failed) on_request_left(requests_.requests[size_t(id)]);
+  if (o == Handoff::Outcome::Failed) {
+    count_failed_transfer(e.fault);
+    on_request_left(requests_.requests[size_t(id)]);
+  }
+}
+
+void Engine::count_failed_transfer(TransferFault f) {
+  switch (f) {
+    case TransferFault::Corrupt: ++pd_.failed_corrupt; return;
+    case TransferFault::Partial: ++pd_.failed_partial; return;
+    case TransferFault::TimedOut: ++pd_.timed_out; return;
+    default: ++pd_.failed_error; return;
+  }
 }
 
 // Parked requests that the decode instance can now take: D reserves, the channel starts. A
@@ -276,7 +300,8 @@ void Engine::start_transfers() {
     pd_bytes_[size_t(o.id)] = s.bytes;
     pd_.bytes += s.ok ? s.bytes : 0;
     if (!s.async) {
-      events_.post(now_ + std::max<Duration>(s.elapsed, 0), TransferDone{o.ticket, s.ok, s.elapsed});
+      events_.post(now_ + std::max<Duration>(s.elapsed, 0),
+                   TransferDone{o.ticket, s.ok, s.elapsed, s.ok ? TransferFault::None : TransferFault::Error});
     } else {
       async_ops_.push_back({clock_.now() + async_timeout(), -1, o.ticket});
     }
@@ -328,6 +353,7 @@ void Engine::check_deadlines() {
       now_ = std::max(now_, t);
       // The decode instance's executor is named backend@HOST:PORT when it is a worker.
       const std::string who = instances_.back()->executor.name();
+      if (op.instance < 0) ++pd_.timed_out;
       on(PeerLost{op.instance >= 0 ? fmt::format("a step of instance {} got no answer from {} in {} ms", op.instance,
                                                  instances_[size_t(op.instance)]->executor.name(),
                                                  w_.disaggregation.channel.timeout_ms)

@@ -38,6 +38,12 @@ struct DisaggregationStats {
   HandoffCounters counters;
   int64_t bytes = 0;
   std::vector<double> transfer_ms;                        // per delivered or failed transfer
+  // Failed transfers by cause (TransferFault: error, corrupt, partial; each failed its request
+  // alone) and transfers that got no answer in time (over tcp: the run ended there).
+  int64_t failed_error = 0, failed_corrupt = 0, failed_partial = 0, timed_out = 0;
+  // Cancels by where they found the request (parked ones: counters.cancelled_parked). Received:
+  // on D before its first step there; decode: after it.
+  int64_t cancelled_prefill = 0, cancelled_transfer = 0, cancelled_received = 0, cancelled_decode = 0;
   std::vector<double> kv_mean_util, kv_peak_util;         // per instance
   std::vector<int64_t> kv_blocks, steps;                  // per instance
 };
@@ -75,6 +81,7 @@ class Engine {
   void on(const StepDone& e);
   void on(const Cancel& e);
   void on(const TransferDone& e);
+  void count_failed_transfer(TransferFault f);
   void on(const StepFinished& e);
   void on(const PeerLost& e);
   bool awaiting_async() const { return !async_ops_.empty(); }

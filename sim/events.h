@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "backend/transfer/channel.h"
 #include "core/request.h"
 #include "core/time.h"
 #include "policies/plan.h"
@@ -28,7 +29,8 @@ struct Cancel {
 struct TransferDone {
   uint64_t ticket;
   bool ok;
-  Duration elapsed = 0;  // as the channel measured it (0: the engine's clock says)
+  Duration elapsed = 0;                       // as the channel measured it (0: the engine's clock says)
+  TransferFault fault = TransferFault::None;  // why, when !ok
 };
 // An asynchronous executor (a decode worker in another process) finished the instance's step.
 struct StepFinished {

@@ -50,7 +50,8 @@ constexpr const char* kUsage =
     "  tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [--max-tokens N] [--logits-out FILE]\n"
     "  tandem sweep SWEEP.yaml [--out DIR] [-j N]   # a grid of knobs, at rates or searched for capacity\n"
     "  tandem worker --listen HOST:PORT [--backend cpu|cuda] [--threads N] [--secret-file F]   # 1P1D decode over "
-    "tcp\n";
+    "tcp\n"
+    "                [--idle-timeout-ms MS] [--checkpoint-root DIR] [--once]\n";
 
 // `tandem validate`: the resolved workload (itself a valid workload), and the bound.
 int validate_workload(const Workload& w, bool with_prefix_bound) {

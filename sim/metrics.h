@@ -95,6 +95,12 @@ struct DisaggregationFigures {
   std::string channel;
   int64_t started = 0, delivered = 0, failed = 0, aborted = 0, stale = 0, cancelled_parked = 0;
   int64_t lost = 0;  // in flight when the run ended early (a lost decode worker): started = the rest + lost
+  // failed = failed_error + failed_corrupt + failed_partial (each failed its request alone);
+  // timed_out: transfers with no answer in channel.timeout_ms (they ended the run, among `lost`).
+  int64_t failed_error = 0, failed_corrupt = 0, failed_partial = 0, timed_out = 0;
+  // Cancels by the phase they found the request in (parked: cancelled_parked); received = on
+  // the decode instance before its first step there.
+  int64_t cancelled_prefill = 0, cancelled_transfer = 0, cancelled_received = 0, cancelled_decode = 0;
   int64_t bytes = 0;
   Percentiles transfer_ms;             // start -> end, per ended transfer (delivered or failed)
   Percentiles handoff_wait_ms;         // first token -> transfer start (waiting for a seat on D)

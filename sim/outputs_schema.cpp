@@ -98,20 +98,30 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
   }
   j["layout"] = layout_json(s.layout);
   if (const DisaggregationFigures& d = s.disaggregation; d.enabled)
-    j["disaggregation"] = {{"channel", d.channel},
-                           {"first_token_from", s.layout.first_token_from},
-                           {"transfers",
-                            {{"started", d.started},
-                             {"delivered", d.delivered},
-                             {"failed", d.failed},
-                             {"aborted", d.aborted},
-                             {"stale_completions", d.stale},
-                             {"in_flight_at_failure", d.lost},
-                             {"cancelled_before_transfer", d.cancelled_parked}}},
-                           {"bytes", d.bytes},
-                           {"transfer_ms", pct_json(d.transfer_ms)},
-                           {"handoff_wait_ms", pct_json(d.handoff_wait_ms)},
-                           {"ttft_after_transfer_ms", pct_json(d.ttft_after_transfer_ms)}};
+    j["disaggregation"] = {
+        {"channel", d.channel},
+        {"first_token_from", s.layout.first_token_from},
+        {"transfers",
+         {{"started", d.started},
+          {"delivered", d.delivered},
+          {"failed", d.failed},
+          {"failed_by_cause",
+           {{"error", d.failed_error}, {"corrupt", d.failed_corrupt}, {"partial", d.failed_partial}}},
+          {"timed_out", d.timed_out},
+          {"aborted", d.aborted},
+          {"stale_completions", d.stale},
+          {"in_flight_at_failure", d.lost},
+          {"cancelled_before_transfer", d.cancelled_parked}}},
+        {"cancels",
+         {{"prefill", d.cancelled_prefill},
+          {"parked", d.cancelled_parked},
+          {"transfer", d.cancelled_transfer},
+          {"received", d.cancelled_received},
+          {"decode", d.cancelled_decode}}},
+        {"bytes", d.bytes},
+        {"transfer_ms", pct_json(d.transfer_ms)},
+        {"handoff_wait_ms", pct_json(d.handoff_wait_ms)},
+        {"ttft_after_transfer_ms", pct_json(d.ttft_after_transfer_ms)}};
   j["steps"] = s.steps;
   j["makespan_s"] = s.makespan_s;
   j["sim_s"] = s.sim_s;
@@ -253,11 +263,16 @@ void print_summary(std::ostream& os, const Summary& s) {
       fmt::print(os, "instance {} ({}): {} steps, busy {:.1f}%, KV {} blocks, mean use {:.1f}%, peak {:.1f}%\n", f.id,
                  f.role, f.steps, 100 * f.busy_fraction, f.kv_blocks, 100 * f.kv_mean_util, 100 * f.kv_peak_util);
   if (const DisaggregationFigures& d = s.disaggregation; d.enabled) {
-    fmt::print(
-        os,
-        "disaggregation ({} channel): {} transfers started, {} delivered, {} failed, {} aborted; {:.1f} MB moved; "
-        "first token from the {} instance\n",
-        d.channel, d.started, d.delivered, d.failed, d.aborted, double(d.bytes) / 1e6, s.layout.first_token_from);
+    // The causes only when something failed: a clean run's line stays as it was.
+    const std::string causes = d.failed > 0 ? fmt::format(" ({} error, {} corrupt, {} partial)", d.failed_error,
+                                                          d.failed_corrupt, d.failed_partial)
+                                            : "";
+    const std::string timed_out = d.timed_out > 0 ? fmt::format(", {} timed out", d.timed_out) : "";
+    fmt::print(os,
+               "disaggregation ({} channel): {} transfers started, {} delivered, {} failed{}{}, {} aborted; {:.1f} MB "
+               "moved; first token from the {} instance\n",
+               d.channel, d.started, d.delivered, d.failed, causes, timed_out, d.aborted, double(d.bytes) / 1e6,
+               s.layout.first_token_from);
     row("xfer ms", d.transfer_ms);
     row("TTFT@D ms", d.ttft_after_transfer_ms);
   }

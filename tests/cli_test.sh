@@ -630,6 +630,171 @@ if command -v python3 >/dev/null; then
   stop "$wpid"
 fi
 
+# Issue #32, 4: the worker's loose ends. Each case is cut at its bound, so a hang fails here.
+# wait_connected PORT: until a client holds a connection to 127.0.0.1:PORT (or 10 s; without ss, at once).
+wait_connected() {
+  local i
+  for ((i = 0; i < 100 * scale; i++)); do
+    if ! command -v ss >/dev/null || ss -tnH state established "( dport = :$1 )" | grep -q .; then return; fi
+    sleep 0.1
+  done
+}
+# A stopped child worker: the run ends within timeout_ms (1.5 s) + the goodbye's grace (at most
+# 1 s) + 2 s of slack (a prefill step still running on the other thread, the files), exit 1,
+# every request ended (before: 5 s more, the wait before SIGKILL).
+stopped_child() {
+  local t0 rc dt rpid tpid="" cpid="" i bound=$(awk -v s="$scale" 'BEGIN { print 1.5 + 3 * s }')
+  timeout "$limit" "$tandem" run "$long" "${cpu1[@]}" "${pd[@]}" --set disaggregation.channel.timeout_ms=1500 \
+    --set requests.count=40 --out "$s4/stopped" --quiet --trace none >"$s4/stopped.run.out" 2>&1 &
+  rpid=$!
+  bg_pids+=("$rpid")
+  for ((i = 0; i < 100 * scale; i++)); do  # timeout -> tandem run -> tandem worker (its child)
+    [ -z "$tpid" ] && tpid=$(ps -o pid= --ppid "$rpid" | tr -d ' ')
+    [ -n "$tpid" ] && cpid=$(ps -o pid= --ppid "$tpid" | tr -d ' ')
+    [ -n "$cpid" ] && break
+    sleep 0.1
+  done
+  [ -n "$cpid" ] || { echo "    no child worker found"; return 1; }
+  local cport
+  for ((i = 0; i < 100 * scale; i++)); do  # the child's port, once it listens
+    cport=$(ss -tlnpH 2>/dev/null | grep "pid=$cpid," | grep -oE '127\.0\.0\.1:[0-9]+' | head -1 | cut -d: -f2)
+    [ -n "$cport" ] && break
+    sleep 0.1
+  done
+  [ -n "$cport" ] && wait_connected "$cport"
+  sleep 1  # into the run proper
+  kill -STOP "$cpid"
+  t0=$EPOCHREALTIME
+  wait "$rpid"
+  rc=$?
+  dt=$(since "$t0")
+  forget "$rpid"
+  kill -0 "$cpid" 2>/dev/null && kill -9 "$cpid"  # only if the run left it (the bug this checks)
+  echo "    child worker stopped; the run ended $dt s later (timeout_ms 1.5 s, bound $bound s), exit $rc"
+  [ "$rc" = 1 ] || { sed 's/^/    /' "$s4/stopped.run.out" | head -5; return 1; }
+  awk -v d="$dt" -v b="$bound" 'BEGIN { exit !(d < b) }' || { echo "    over the bound"; return 1; }
+  ended "$s4/stopped" decode_worker_lost 40
+}
+if command -v ps >/dev/null; then
+  timed "a stopped child worker: exit 1 within timeout_ms + 3 s, every request ended" stopped_child
+fi
+# A stopped client does not hold a standalone worker: with --idle-timeout-ms 1000 the worker drops
+# it and serves the next run (before: the next run's Hello waited for its 10 s timeout, exit 1).
+stopped_client() {
+  local apid t0 rc dt bound=$((8 * scale))
+  start_worker idle --idle-timeout-ms 1000
+  "$tandem" run "$long" "${cpu1[@]}" "${pd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$wport" --quiet \
+    >"$s4/idle-a.out" 2>&1 &
+  apid=$!
+  bg_pids+=("$apid")
+  wait_connected "$wport"
+  sleep 1
+  kill -STOP "$apid"
+  t0=$EPOCHREALTIME
+  timeout "$bound" "$tandem" run "$g" "${cpu1[@]}" "${pd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$wport" \
+    --set requests.count=8 --set disaggregation.channel.timeout_ms=10000 --out "$s4/idle-b" --quiet --trace none \
+    >"$s4/idle-b.out" 2>&1
+  rc=$?
+  dt=$(since "$t0")
+  stop "$apid"
+  stop "$wpid"
+  echo "    a client stopped mid-run; the next run against the worker ended $dt s later (idle timeout 1 s), exit $rc"
+  [ "$rc" = 0 ] || { sed 's/^/    /' "$s4/idle-b.out" | head -5; return 1; }
+  grep -q "connection from 127.0.0.1:[0-9]* ended: no frame from peer .* within 1000 ms" "$s4/idle.err" ||
+    { echo "    the worker did not log the idle client:"; sed 's/^/    /' "$s4/idle.err" | head -5; return 1; }
+}
+timed "a stopped client: the worker drops it after --idle-timeout-ms and serves the next run" stopped_client
+# A live client idle for longer than that keeps its worker: it pings (two requests 2 s apart,
+# a worker that drops a client after 500 ms of silence).
+idle_client() {
+  local rc
+  start_worker pinged --idle-timeout-ms 500
+  timeout "$limit" "$tandem" run "$g" "${cpu1[@]}" "${pd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$wport" \
+    --set requests.count=2 --set 'requests.arrival={process: constant, rate: 0.5}' --out "$s4/pinged" --quiet \
+    --trace none >"$s4/pinged.run.out" 2>&1
+  rc=$?
+  stop "$wpid"
+  echo "    two requests 2 s apart against a worker with a 500 ms idle timeout: exit $rc"
+  [ "$rc" = 0 ] || { sed 's/^/    /' "$s4/pinged.run.out" | head -5; return 1; }
+  [ "$(grep -c ',finished,' "$s4/pinged/requests.csv")" = 2 ]
+}
+timed "an idle client keeps its worker: it pings within the worker's idle timeout" idle_client
+# Before authentication a Hello reveals nothing of the worker's files: a worker serves
+# model.checkpoint folders under its --checkpoint-root only (tests/test_decode_worker.cpp: one
+# answer whether a path outside exists or not). A run's own child serves the run's checkpoint.
+ckpd=(--backend cpu --threads 1 --set disaggregation.enabled=true --set disaggregation.channel.kind=tcp)
+expect 0 "finished 3" -- run "$i11/ck.yaml" "${ckpd[@]}"
+start_worker noroot
+expect 2 "refused the decode instance: .*field 'model.checkpoint': this worker serves no checkpoint \\(it was started without --checkpoint-root\\)" -- \
+  run "$i11/ck.yaml" "${ckpd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$wport"
+stop "$wpid"
+start_worker elsewhere --checkpoint-root "$s4"
+expect 2 "field 'model.checkpoint': '.*/ck' is not under this worker's --checkpoint-root: not served" -- \
+  run "$i11/ck.yaml" "${ckpd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$wport"
+stop "$wpid"
+start_worker rooted --checkpoint-root "$i11"
+expect 0 "finished 3" -- run "$i11/ck.yaml" "${ckpd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$wport"
+stop "$wpid"
+expect 2 "tandem worker: --checkpoint-root .*/nope: not a directory" -- worker --listen 127.0.0.1:0 --checkpoint-root "$s4/nope"
+expect 2 "tandem worker: --inject-transfer-faults: unknown key 'drop'" -- worker --listen 127.0.0.1:0 --inject-transfer-faults drop=1
+
+# The fault cases of the anchors (vLLM, SGLang, LMCache bug reports), over a real tcp worker with
+# the worker's test-only switch (TANDEM_WORKER_INJECT for the child a run starts). The tokens of
+# every finished request are the colocated run's.
+if command -v python3 >/dev/null; then
+  soak=$src/tests/data/pd_soak.yaml
+  pdc=(python3 "$src/tests/data/pd_check.py")
+  expect 0 "" -- run "$soak" "${cpu1[@]}" --clock virtual --out "$s4/soak-colo" --quiet --trace none
+  # inject NAME SPEC BOUND SET...: a 1P1D run of pd_soak.yaml with a child worker injecting SPEC, cut at
+  # BOUND s; sets rc and dt.
+  inject() {
+    local name=$1 spec=$2 bound=$3 t0
+    shift 3
+    t0=$EPOCHREALTIME
+    TANDEM_WORKER_INJECT=$spec timeout "$bound" "$tandem" run "$soak" "${cpu1[@]}" "${pd[@]}" "$@" \
+      --out "$s4/$name" --quiet --trace none >"$s4/$name.run.out" 2>&1
+    rc=$?
+    dt=$(since "$t0")
+    echo "    $name ($spec): exit $rc after $dt s (cut at $bound s)"
+  }
+  # A failed, a corrupt and a partial transfer (pushes 2, 4 and 6) fail their requests alone, at
+  # once (no timeout: 30 s, the run is cut at 20), counted by cause; every later transfer on the
+  # same pair delivers (SGLang #13054: a transient failure must not stick; vLLM #50754: a partial
+  # transfer is caught by its count, not by a timeout; LMCache #1350: written means read back).
+  transient() {
+    inject transient "fail=@2,corrupt=@4,partial=@6" $((20 * scale)) --set requests.count=40
+    [ "$rc" = 0 ] || { sed 's/^/    /' "$s4/transient.run.out" | head -5; return 1; }
+    "${pdc[@]}" ended "$s4/transient" 40 kv_transfer_failed &&
+      "${pdc[@]}" transfers "$s4/transient" started=40 delivered=37 failed=3 error=1 corrupt=1 partial=1 timed_out=0 &&
+      "${pdc[@]}" tokens "$s4/soak-colo" "$s4/transient" &&
+      grep -q "failed (partial): [0-9]* of [0-9]* blocks written" "$s4/transient.run.out" &&
+      grep -q "failed (corrupt): block [0-9]* of [0-9]* .*does not match its checksum" "$s4/transient.run.out" &&
+      [ "$(grep -c 'kv_transfer_failed' "$s4/transient/requests.csv")" = 3 ]
+  }
+  timed "a failed, a corrupt and a partial transfer fail their requests only; the next transfers deliver" transient
+  # A transfer with no answer in timeout_ms is a timeout, counted apart from the failures: the run
+  # ends (exit 1) naming it.
+  timed_out() {
+    inject timedout "delay_ack_ms=3000" $((15 * scale)) --set requests.count=10 --set disaggregation.channel.timeout_ms=800
+    [ "$rc" = 1 ] && grep -q "transfer [0-9]* was not acknowledged by .* in 800 ms" "$s4/timedout.run.out" &&
+      "${pdc[@]}" transfers "$s4/timedout" timed_out=1 failed=0 delivered=0 &&
+      "${pdc[@]}" ended "$s4/timedout" 10 decode_worker_lost
+  }
+  timed "a transfer unanswered in timeout_ms: a timeout, not a failure; exit 1, every request ended" timed_out
+  # The soak: 5 % of the transfers fail, arrive corrupt or are cut short at random (seeded), 320
+  # requests at 400 req/s (up to 64 at once on D): every request ends finished or failed with
+  # kv_transfer_failed, nothing leaks on either instance (exit 0), failures counted by cause, and
+  # every finished request has the colocated tokens.
+  soak_run() {
+    inject soak "fail=0.02,corrupt=0.02,partial=0.01,seed=7" $((60 * scale))
+    [ "$rc" = 0 ] || { sed 's/^/    /' "$s4/soak.run.out" | head -5; return 1; }
+    "${pdc[@]}" ended "$s4/soak" 320 kv_transfer_failed &&
+      "${pdc[@]}" transfers "$s4/soak" started=320 delivered+failed=started error\>0 corrupt\>0 partial\>0 timed_out=0 &&
+      "${pdc[@]}" tokens "$s4/soak-colo" "$s4/soak"
+  }
+  timed "soak: 320 requests, 5 % of transfers failed, corrupt or partial: each ends with a reason, no leak, colocated tokens" soak_run
+fi
+
 # 6. 1P1D in simulation: one transfer per request that decodes, the section printed only when
 # enabled, the resolved workload re-runs to the byte; data_parallel runs two instances.
 expect 0 "disaggregation \\(sim channel\\): [0-9]+ transfers started, [0-9]+ delivered, 0 failed" -- \

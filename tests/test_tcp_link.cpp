@@ -76,6 +76,7 @@ TEST_CASE("a 64 MiB KvPush crosses loopback whole and checked") {
   for (int32_t b = 0; b < 4096; ++b) m.dst_blocks.push_back(4095 - b);
   m.payload.resize(size_t(4096 * kBlockBytes));
   for (size_t i = 0; i < m.payload.size(); ++i) m.payload[i] = uint8_t((i * 2654435761u) >> 13);
+  m.block_checksums = block_checksums(m.payload, kBlockBytes);
   const Bytes payload = encode(m);
   REQUIRE(payload.size() > (size_t{64} << 20));
 
@@ -183,7 +184,7 @@ TEST_CASE("a corrupt frame on the raw socket is reported as corrupt, and the lin
   TcpListener listener("127.0.0.1", 0);
   RawPeer raw(listener.port());
   auto link = listener.accept(5s);
-  const Bytes payload = encode(KvAckMsg{1, true, "some text to corrupt"});
+  const Bytes payload = encode(KvAckMsg{1, KvAckStatus::Written, 1, 2, "some text to corrupt"});
   Bytes frame = encode_frame(MsgType::KvAck, payload);
   raw.write(frame);
   CHECK(link->receive(5s).payload == payload);

@@ -36,6 +36,7 @@ void decode_payload(MsgType t, std::span<const uint8_t> p) {
     case MsgType::KvAck: (void)decode_kv_ack(p); return;
     case MsgType::Bye: (void)decode_bye(p); return;
     case MsgType::Error: (void)decode_error(p); return;
+    case MsgType::Ping: (void)decode_ping(p); return;
   }
   FAIL("unknown type");
 }
@@ -61,6 +62,7 @@ KvPushMsg sample_push() {
   m.num_tokens = 5;
   m.dst_blocks = {3, 1};
   for (int i = 0; i < 8; ++i) m.payload.push_back(uint8_t(0xa0 + i));  // 2 blocks of 4 bytes
+  m.block_checksums = block_checksums(m.payload, 4);
   return m;
 }
 
@@ -77,7 +79,7 @@ std::vector<Sample> samples() {
   const KvLayout layout{.model = "tiny (4 layers)", .weights = "fp32 values #0123456789abcdef", .dtype = "fp32",
                         .block_size = 16, .layers = 4, .kv_heads = 4, .head_dim = 32, .tp = 2};
   s.push_back({"hello", MsgType::Hello, encode(HelloMsg{kProtocolVersion, "model: tiny\nrequests: 4\n", layout})});
-  s.push_back({"hello_ok", MsgType::HelloOk, encode(HelloOkMsg{64, 4096, "cpu", layout})});
+  s.push_back({"hello_ok", MsgType::HelloOk, encode(HelloOkMsg{64, 4096, "cpu", layout, 60000})});
   ChallengeMsg c;
   for (size_t i = 0; i < c.nonce.size(); ++i) c.nonce[i] = uint8_t(i * 7 + 1);
   s.push_back({"challenge", MsgType::Challenge, encode(c)});
@@ -94,10 +96,14 @@ std::vector<Sample> samples() {
   s.push_back({"step_reply", MsgType::StepReply, encode(StepReplyMsg{7, 1234567, {11, 12, 13}, ""})});
   s.push_back({"step_reply_error", MsgType::StepReply, encode(StepReplyMsg{8, 0, {}, "out of memory"})});
   s.push_back({"kv_push", MsgType::KvPush, encode(sample_push())});
-  s.push_back({"kv_ack", MsgType::KvAck, encode(KvAckMsg{0x0123456789abcdefULL, true, ""})});
-  s.push_back({"kv_ack_failed", MsgType::KvAck, encode(KvAckMsg{5, false, "checksum mismatch"})});
+  s.push_back({"kv_ack", MsgType::KvAck,
+               encode(KvAckMsg{0x0123456789abcdefULL, KvAckStatus::Written, 2, 0xfedcba9876543210ULL, ""})});
+  s.push_back({"kv_ack_failed", MsgType::KvAck, encode(KvAckMsg{5, KvAckStatus::Failed, 0, 0, "out of memory"})});
+  s.push_back({"kv_ack_corrupt", MsgType::KvAck,
+               encode(KvAckMsg{6, KvAckStatus::Corrupt, 0, 0, "block 1 of 2: content checksum mismatch"})});
   s.push_back({"bye", MsgType::Bye, encode(ByeMsg{})});
   s.push_back({"error", MsgType::Error, encode(ErrorMsg{"authentication failed"})});
+  s.push_back({"ping", MsgType::Ping, encode(PingMsg{})});
   return s;
 }
 
@@ -143,7 +149,7 @@ TEST_CASE("every message round-trips") {
                         .head_dim = 128, .tp = 4, .order = "x"};
   const HelloMsg hello{kProtocolVersion, std::string(1000, 'y'), layout};
   CHECK(decode_hello(encode(hello)) == hello);
-  const HelloOkMsg ok{1 << 20, int64_t{3} << 33, "cuda", layout};
+  const HelloOkMsg ok{1 << 20, int64_t{3} << 33, "cuda", layout, UINT32_MAX};
   CHECK(decode_hello_ok(encode(ok)) == ok);
   ChallengeMsg c;
   c.nonce[0] = 1;
@@ -156,8 +162,9 @@ TEST_CASE("every message round-trips") {
   CHECK(decode_step_reply(encode(reply)) == reply);
   const KvPushMsg push = sample_push();
   CHECK(decode_kv_push(encode(push)) == push);
-  const KvAckMsg ack{9, false, "no"};
+  const KvAckMsg ack{9, KvAckStatus::Corrupt, INT32_MAX, ~uint64_t{0}, "no"};
   CHECK(decode_kv_ack(encode(ack)) == ack);
+  CHECK(decode_ping(encode(PingMsg{})) == PingMsg{});
   CHECK(decode_bye(encode(ByeMsg{})) == ByeMsg{});
   const ErrorMsg err{"bad"};
   CHECK(decode_error(encode(err)) == err);
@@ -271,8 +278,18 @@ TEST_CASE("lengths over their field's maximum or over the bytes left are refused
   w3.i32(2);
   w3.i32(3);
   w3.u64(0);
+  w3.u64(0);  // no checksums
   w3.u64(uint64_t{1} << 63);
   CHECK(wire_error([&] { (void)decode_kv_push(w3.buffer()); }).find("KvPush.payload: length 9223372036854775808") == 0);
+  // A checksum count of 2^40: over the maximum, before anything is allocated.
+  WireWriter w4;
+  w4.u64(1);
+  w4.i32(2);
+  w4.i32(3);
+  w4.u64(0);
+  w4.u64(uint64_t{1} << 40);
+  CHECK(wire_error([&] { (void)decode_kv_push(w4.buffer()); }) ==
+        "KvPush.block_checksums: length 1099511627776 exceeds the 16777216 allowed");
 
   WireWriter h;
   h.u32(kProtocolVersion);
@@ -362,7 +379,7 @@ TEST_CASE("a step's seqs, totals and tokens are checked") {
 }
 
 TEST_CASE("frame headers: bad magic, type, flags and length; checksum over every payload byte") {
-  const Bytes payload = encode(KvAckMsg{3, true, "fine"});
+  const Bytes payload = encode(KvAckMsg{3, KvAckStatus::Written, 1, 7, "fine"});
   const Bytes good = encode_frame(MsgType::KvAck, payload);
   REQUIRE(good.size() == kHeaderBytes + payload.size());
   CHECK(good[0] == 'T');
@@ -372,7 +389,7 @@ TEST_CASE("frame headers: bad magic, type, flags and length; checksum over every
   Bytes f = good;
   f[0] = 'X';
   CHECK(wire_error([&] { (void)decode_frame(f, 1 << 20); }) == "frame.magic: 0x314b4458 is not TDK1");
-  for (const uint16_t type : {uint16_t{0}, uint16_t{11}, uint16_t{0xffff}}) {
+  for (const uint16_t type : {uint16_t{0}, uint16_t{12}, uint16_t{0xffff}}) {
     f = good;
     f[4] = uint8_t(type);
     f[5] = uint8_t(type >> 8);
@@ -459,6 +476,40 @@ TEST_CASE("block ids and table lengths against the receiver's pool") {
   m = ok;  // a block size whose product with the count overflows int64
   CHECK_THROWS_AS(check_kv_push(m, 4, INT64_MAX, 4), WireError);
   CHECK_THROWS_AS(check_kv_push(ok, 4, 0, 4), std::invalid_argument);
+}
+
+TEST_CASE("content checksums: one per block, a digest over them; KvAck's status and count are checked") {
+  const KvPushMsg ok = sample_push();  // blocks {3, 1} of 4 bytes
+  REQUIRE(ok.block_checksums.size() == 2);
+  CHECK(ok.block_checksums[0] != ok.block_checksums[1]);
+  // A flipped byte changes its own block's checksum only, and so the digest.
+  std::vector<uint8_t> flipped = ok.payload;
+  flipped[5] ^= 0x40;
+  const std::vector<uint64_t> sums = block_checksums(flipped, 4);
+  CHECK(sums[0] == ok.block_checksums[0]);
+  CHECK(sums[1] != ok.block_checksums[1]);
+  CHECK(blocks_digest(sums) != blocks_digest(ok.block_checksums));
+  // The digest sees order and count: a swapped pair or a block left out is another digest.
+  const std::vector<uint64_t> swapped{ok.block_checksums[1], ok.block_checksums[0]};
+  CHECK(blocks_digest(swapped) != blocks_digest(ok.block_checksums));
+  CHECK(blocks_digest(std::span(ok.block_checksums).first(1)) != blocks_digest(ok.block_checksums));
+  CHECK(block_checksums({}, 4).empty());
+  CHECK_THROWS_AS((void)block_checksums(ok.payload, 3), std::invalid_argument);
+  CHECK_THROWS_AS((void)block_checksums(ok.payload, 0), std::invalid_argument);
+
+  KvPushMsg m = ok;
+  m.block_checksums.pop_back();
+  CHECK(wire_error([&] { check_kv_push(m, 4, 4, 4); }).find(".block_checksums: 1 for 2 blocks") != std::string::npos);
+
+  Bytes ack = encode(KvAckMsg{1, KvAckStatus::Written, 2, 3, ""});
+  ack[8] = 3;  // the status byte, after the ticket
+  CHECK(wire_error([&] { (void)decode_kv_ack(ack); }) ==
+        "KvAck.status: 3 is not a status (0 written, 1 failed, 2 corrupt)");
+  CHECK(wire_error([&] {
+          (void)decode_kv_ack(encode(KvAckMsg{1, KvAckStatus::Written, -1, 3, ""}));
+        }) == "KvAck.blocks_written: -1 is negative");
+  CHECK(KvAckMsg{1, KvAckStatus::Written, 0, 0, ""}.ok());
+  CHECK_FALSE(KvAckMsg{1, KvAckStatus::Corrupt, 0, 0, ""}.ok());
 }
 
 // The fuzz target's seeds (tests/fuzz/corpus/frame/) are these samples' frames, byte for

@@ -30,6 +30,12 @@ struct KvTransfer {
   Time now = 0;                         // when it starts (the sim channel queues on its link)
 };
 
+// Why a transfer failed, as the engine counts it. Error: the channel or the receiver said so
+// (an error, a refusal). Corrupt: what arrived or was written does not match what was sent
+// (a content checksum). Partial: fewer blocks were written than sent. TimedOut: no answer
+// within the channel's timeout (over tcp that ends the run: the peer is silent).
+enum class TransferFault : uint8_t { None, Error, Corrupt, Partial, TimedOut };
+
 // What start() says. Synchronous channels (sim, copy) have finished, or modelled the time to
 // finish: the engine ends the ticket at now + elapsed. Asynchronous ones (tcp) end it later by
 // posting the completion into the engine's inbox.

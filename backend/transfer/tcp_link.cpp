@@ -239,11 +239,12 @@ Frame TcpLink::receive(std::chrono::milliseconds timeout) {
   return receive_frame(deadline, deadline, timeout);
 }
 
-void TcpLink::send(MsgType type, std::span<const uint8_t> payload) {
+void TcpLink::send(MsgType type, std::span<const uint8_t> payload) { send(type, payload, write_timeout_.load()); }
+
+void TcpLink::send(MsgType type, std::span<const uint8_t> payload, std::chrono::milliseconds timeout) {
   std::lock_guard lk(send_mu_);
   if (closing_) throw TransportError(fmt::format("link to peer {} was closed locally", peer_));
   if (!send_broken_.empty()) throw TransportError(send_broken_);
-  const auto timeout = write_timeout_.load();
   const auto deadline = Clock::now() + timeout;
   const auto header = encode_header(type, payload);
   const size_t total = kHeaderBytes + payload.size();

@@ -45,6 +45,8 @@ class TcpLink {
   // sends do not interleave. Throws TransportError; after one cut a frame short, every later
   // send throws too (the stream is out of step).
   void send(MsgType type, std::span<const uint8_t> payload);
+  // The same within `timeout` instead of the write timeout (a heartbeat, a goodbye).
+  void send(MsgType type, std::span<const uint8_t> payload, std::chrono::milliseconds timeout);
   template <class Msg>
   void send(const Msg& m) {
     send(Msg::kType, encode(m));

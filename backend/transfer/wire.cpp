@@ -29,6 +29,7 @@ std::string_view msg_type_name(MsgType t) {
     case MsgType::KvAck: return "KvAck";
     case MsgType::Bye: return "Bye";
     case MsgType::Error: return "Error";
+    case MsgType::Ping: return "Ping";
   }
   return "unknown";
 }
@@ -56,6 +57,11 @@ void WireWriter::i32s(std::span<const int32_t> v) {
   u64(v.size());
   buf_.reserve(buf_.size() + 4 * v.size());
   for (int32_t x : v) i32(x);
+}
+void WireWriter::u64s(std::span<const uint64_t> v) {
+  u64(v.size());
+  buf_.reserve(buf_.size() + 8 * v.size());
+  for (uint64_t x : v) u64(x);
 }
 void WireWriter::blob(std::span<const uint8_t> v) {
   u64(v.size());
@@ -112,6 +118,13 @@ std::vector<int32_t> WireReader::i32s(std::string_view field, uint64_t max_count
   const size_t n = count(field, max_count, 4);
   std::vector<int32_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = i32(field);
+  return v;
+}
+
+std::vector<uint64_t> WireReader::u64s(std::string_view field, uint64_t max_count) {
+  const size_t n = count(field, max_count, 8);
+  std::vector<uint64_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = u64(field);
   return v;
 }
 
@@ -256,6 +269,7 @@ std::vector<uint8_t> encode(const HelloOkMsg& m) {
   w.i64(m.block_bytes);
   w.str(m.backend);
   write_layout(w, m.decode_layout);
+  w.u32(m.idle_timeout_ms);
   return w.take();
 }
 
@@ -268,6 +282,7 @@ HelloOkMsg decode_hello_ok(std::span<const uint8_t> payload) {
   if (m.block_bytes < 0) r.fail("block_bytes", fmt::format("{} is negative", m.block_bytes));
   m.backend = r.str("backend", kMaxShortString);
   m.decode_layout = read_layout(r, "decode_layout");
+  m.idle_timeout_ms = r.u32("idle_timeout_ms");
   r.finish();
   return m;
 }
@@ -433,11 +448,12 @@ StepReplyMsg decode_step_reply(std::span<const uint8_t> payload) {
 
 std::vector<uint8_t> encode(const KvPushMsg& m) {
   WireWriter w;
-  w.buffer().reserve(8 + 4 + 4 + 8 + 4 * m.dst_blocks.size() + 8 + m.payload.size());
+  w.buffer().reserve(8 + 4 + 4 + 8 + 4 * m.dst_blocks.size() + 8 + 8 * m.block_checksums.size() + 8 + m.payload.size());
   w.u64(m.ticket);
   w.i32(m.request);
   w.i32(m.num_tokens);
   w.i32s(m.dst_blocks);
+  w.u64s(m.block_checksums);
   w.blob(m.payload);
   return w.take();
 }
@@ -449,6 +465,7 @@ KvPushMsg decode_kv_push(std::span<const uint8_t> payload) {
   m.request = r.i32("request");
   m.num_tokens = r.i32("num_tokens");
   m.dst_blocks = r.i32s("dst_blocks", kMaxBlockTable);
+  m.block_checksums = r.u64s("block_checksums", kMaxBlockTable);
   m.payload = r.blob("payload", kMaxKvPayload);
   r.finish();
   return m;
@@ -469,6 +486,8 @@ void check_kv_push(const KvPushMsg& m, int32_t num_blocks, int64_t block_bytes, 
   std::sort(sorted.begin(), sorted.end());
   if (const auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end())
     throw WireError(fmt::format("{}.dst_blocks: block {} appears twice", at, *dup));
+  if (m.block_checksums.size() != n)
+    throw WireError(fmt::format("{}.block_checksums: {} for {} blocks", at, m.block_checksums.size(), n));
   // n <= kMaxBlockTable, but the vector may have been built locally: divide, do not multiply.
   if (uint64_t(block_bytes) > uint64_t(INT64_MAX) / n || m.payload.size() != uint64_t(block_bytes) * n)
     throw WireError(
@@ -478,10 +497,21 @@ void check_kv_push(const KvPushMsg& m, int32_t num_blocks, int64_t block_bytes, 
                                 int64_t(n) * block_size, n, block_size));
 }
 
+std::string_view to_string(KvAckStatus s) {
+  switch (s) {
+    case KvAckStatus::Written: return "written";
+    case KvAckStatus::Failed: return "failed";
+    case KvAckStatus::Corrupt: return "corrupt";
+  }
+  return "unknown";
+}
+
 std::vector<uint8_t> encode(const KvAckMsg& m) {
   WireWriter w;
   w.u64(m.ticket);
-  w.boolean(m.ok);
+  w.u8(static_cast<uint8_t>(m.status));
+  w.i32(m.blocks_written);
+  w.u64(m.digest);
   w.str(m.error);
   return w.take();
 }
@@ -490,7 +520,13 @@ KvAckMsg decode_kv_ack(std::span<const uint8_t> payload) {
   WireReader r(payload, "KvAck");
   KvAckMsg m;
   m.ticket = r.u64("ticket");
-  m.ok = r.boolean("ok");
+  const uint8_t status = r.u8("status");
+  if (status > static_cast<uint8_t>(KvAckStatus::Corrupt))
+    r.fail("status", fmt::format("{} is not a status (0 written, 1 failed, 2 corrupt)", int(status)));
+  m.status = static_cast<KvAckStatus>(status);
+  m.blocks_written = r.i32("blocks_written");
+  if (m.blocks_written < 0) r.fail("blocks_written", fmt::format("{} is negative", m.blocks_written));
+  m.digest = r.u64("digest");
   m.error = r.str("error", kMaxErrorString);
   r.finish();
   return m;
@@ -515,6 +551,30 @@ ErrorMsg decode_error(std::span<const uint8_t> payload) {
   m.message = r.str("message", kMaxErrorString);
   r.finish();
   return m;
+}
+
+std::vector<uint8_t> encode(const PingMsg&) { return {}; }
+
+PingMsg decode_ping(std::span<const uint8_t> payload) {
+  WireReader(payload, "Ping").finish();
+  return {};
+}
+
+std::vector<uint64_t> block_checksums(std::span<const uint8_t> bytes, int64_t block_bytes) {
+  if (block_bytes < 1 || bytes.size() % uint64_t(block_bytes) != 0)
+    throw std::invalid_argument(
+        fmt::format("block_checksums: {} bytes are not whole blocks of {} bytes", bytes.size(), block_bytes));
+  const size_t bb = size_t(block_bytes), n = bytes.size() / bb;
+  std::vector<uint64_t> sums(n);
+  for (size_t i = 0; i < n; ++i) sums[i] = XXH3_64bits(bytes.data() + i * bb, bb);
+  return sums;
+}
+
+uint64_t blocks_digest(std::span<const uint64_t> checksums) {
+  WireWriter w;
+  w.buffer().reserve(8 * checksums.size());
+  for (uint64_t c : checksums) w.u64(c);
+  return XXH3_64bits(w.buffer().data(), w.buffer().size());
 }
 
 }  // namespace tandem::transfer

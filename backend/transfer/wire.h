@@ -29,9 +29,21 @@ class WireError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class MsgType : uint16_t { Hello = 1, HelloOk, Challenge, Proof, Step, StepReply, KvPush, KvAck, Bye, Error };
+enum class MsgType : uint16_t {
+  Hello = 1,
+  HelloOk,
+  Challenge,
+  Proof,
+  Step,
+  StepReply,
+  KvPush,
+  KvAck,
+  Bye,
+  Error,
+  Ping
+};
 inline constexpr uint16_t kMinMsgType = 1;
-inline constexpr uint16_t kMaxMsgType = 10;
+inline constexpr uint16_t kMaxMsgType = 11;
 // "Hello", "KvPush", ...; "unknown" for a value outside the enum.
 std::string_view msg_type_name(MsgType t);
 
@@ -47,6 +59,7 @@ class WireWriter {
   void boolean(bool v);
   void str(std::string_view s);            // u64 length, then the bytes
   void i32s(std::span<const int32_t> v);   // u64 count, then the elements
+  void u64s(std::span<const uint64_t> v);  // u64 count, then the elements
   void blob(std::span<const uint8_t> v);   // u64 length, then the bytes
   void bytes(std::span<const uint8_t> v);  // the bytes alone (fixed-size fields)
   std::vector<uint8_t>& buffer() { return buf_; }
@@ -71,6 +84,7 @@ class WireReader {
   bool boolean(std::string_view field);  // 0 or 1; any other byte is an error (one encoding per value)
   std::string str(std::string_view field, uint64_t max_len);
   std::vector<int32_t> i32s(std::string_view field, uint64_t max_count);
+  std::vector<uint64_t> u64s(std::string_view field, uint64_t max_count);
   std::vector<uint8_t> blob(std::string_view field, uint64_t max_len);
   std::span<const uint8_t> bytes(std::string_view field, size_t n);
   // A u64 count of elements of at least min_elem_bytes each, checked against max and the
@@ -123,7 +137,10 @@ Frame decode_frame(std::span<const uint8_t> bytes, uint64_t max_payload);
 // ---- messages: encode(x) is the payload; decode_x(payload) rejects truncation and trailing bytes ----
 
 // 2: Hello and HelloOk carry each side's KV layout (kv_layout.h).
-inline constexpr uint32_t kProtocolVersion = 2;
+// 3: HelloOk carries the worker's idle timeout (the client pings within it); KvPush carries a
+//    checksum per block of the sender's KV, KvAck a status, the blocks written and a digest of
+//    what the worker read back from them; Ping.
+inline constexpr uint32_t kProtocolVersion = 3;
 inline constexpr uint64_t kMaxWorkloadYaml = uint64_t{16} << 20;
 inline constexpr uint64_t kMaxShortString = 4096;   // backend names
 inline constexpr uint64_t kMaxErrorString = 65536;  // error texts
@@ -143,13 +160,16 @@ struct HelloMsg {
 };
 
 // The worker built it: its pool, and how its blocks are laid out (the client checks the two
-// layouts too; the worker re-lays pushes out where they differ by tensor parallelism).
+// layouts too; the worker re-lays pushes out where they differ by tensor parallelism), and how
+// long it waits for the next frame before it drops the connection (0: for ever): the client
+// sends a Ping well within that when it has nothing else to send.
 struct HelloOkMsg {
   static constexpr MsgType kType = MsgType::HelloOk;
   int32_t kv_blocks = 0;
   int64_t block_bytes = 0;
   std::string backend;
   KvLayout decode_layout;
+  uint32_t idle_timeout_ms = 0;
   bool operator==(const HelloOkMsg&) const = default;
 };
 
@@ -191,22 +211,46 @@ struct StepReplyMsg {
 // One request's KV blocks, block after block (dst_blocks.size() * block_bytes bytes), to be
 // written into the receiver's blocks dst_blocks. ticket names the transfer (DESIGN.md: a
 // completion carries its ticket, so one that arrives after a cancel is recognised).
+// block_checksums: block_checksums() of the payload as the sender read it from its blocks, one
+// per block. The frame's checksum covers the bytes on the wire; these cover them end to end,
+// from the sender's blocks to what the receiver writes and reads back.
 struct KvPushMsg {
   static constexpr MsgType kType = MsgType::KvPush;
   uint64_t ticket = 0;
   int32_t request = 0;
   int32_t num_tokens = 0;
   std::vector<int32_t> dst_blocks;
+  std::vector<uint64_t> block_checksums;
   std::vector<uint8_t> payload;
   bool operator==(const KvPushMsg&) const = default;
 };
 
+// What became of a push. Written: blocks_written blocks (the first ones of dst_blocks) were
+// written and read back, and digest is blocks_digest() of what was read (in the sender's
+// layout): the sender compares both with its own, so a short or garbled write fails that
+// transfer even if the receiver did not notice. Failed: nothing usable was written (error
+// says why). Corrupt: the receiver found a block that does not match its checksum, before
+// writing or when reading it back. Either way the connection goes on: a bad payload fails its
+// transfer, only a bad frame ends the connection.
+enum class KvAckStatus : uint8_t { Written = 0, Failed = 1, Corrupt = 2 };
+std::string_view to_string(KvAckStatus s);
+
 struct KvAckMsg {
   static constexpr MsgType kType = MsgType::KvAck;
   uint64_t ticket = 0;
-  bool ok = false;
+  KvAckStatus status = KvAckStatus::Failed;
+  int32_t blocks_written = 0;
+  uint64_t digest = 0;
   std::string error;
+  bool ok() const { return status == KvAckStatus::Written; }
   bool operator==(const KvAckMsg&) const = default;
+};
+
+// Sent by the client when it has had nothing else to send for a while (HelloOk's idle timeout):
+// a live client that is merely idle keeps its worker; a stopped one loses it.
+struct PingMsg {
+  static constexpr MsgType kType = MsgType::Ping;
+  bool operator==(const PingMsg&) const = default;
 };
 
 struct ByeMsg {
@@ -229,6 +273,7 @@ std::vector<uint8_t> encode(const KvPushMsg& m);
 std::vector<uint8_t> encode(const KvAckMsg& m);
 std::vector<uint8_t> encode(const ByeMsg& m);
 std::vector<uint8_t> encode(const ErrorMsg& m);
+std::vector<uint8_t> encode(const PingMsg& m);
 // The plan with its step number. A StepPlan keeps how many of its seqs are prefills, not
 // which: the wire carries a prefill flag per seq, set on the last num_prefill_seqs seqs (the
 // scheduler's order: decodes first, then prompts), so the decoded plan has the same counts.
@@ -248,6 +293,13 @@ KvPushMsg decode_kv_push(std::span<const uint8_t> payload);
 KvAckMsg decode_kv_ack(std::span<const uint8_t> payload);
 ByeMsg decode_bye(std::span<const uint8_t> payload);
 ErrorMsg decode_error(std::span<const uint8_t> payload);
+PingMsg decode_ping(std::span<const uint8_t> payload);
+
+// XXH3-64 of each block of `bytes` (a whole number of blocks of block_bytes, else
+// std::invalid_argument), in order.
+std::vector<uint64_t> block_checksums(std::span<const uint8_t> bytes, int64_t block_bytes);
+// One value for a run of blocks: XXH3-64 of their checksums as little-endian u64s, in order.
+uint64_t blocks_digest(std::span<const uint64_t> checksums);
 
 // The receiver's checks against its own pool, before a decoded message touches it.
 // Every block id < num_blocks; throws WireError naming the seq and the block.
@@ -255,8 +307,9 @@ void check_block_ids(const DecodedStep& m, int32_t num_blocks);
 // Every seq's table covers its context after the step (num_computed_before + num_tokens
 // tokens at block_size a block), so an executor never reads past a table.
 void check_table_lengths(const DecodedStep& m, int32_t block_size);
-// request >= 0; dst_blocks non-empty, distinct and < num_blocks; payload exactly
-// dst_blocks.size() * block_bytes bytes; num_tokens in (0, dst_blocks.size() * block_size].
+// request >= 0; dst_blocks non-empty, distinct and < num_blocks; one checksum per block;
+// payload exactly dst_blocks.size() * block_bytes bytes; num_tokens in (0, dst_blocks.size() *
+// block_size].
 void check_kv_push(const KvPushMsg& m, int32_t num_blocks, int64_t block_bytes, int32_t block_size);
 
 }  // namespace tandem::transfer

@@ -77,6 +77,7 @@ void decode_and_check(std::span<const uint8_t> bytes) {
     case MsgType::KvAck: same_bytes(encode(decode_kv_ack(p)), p, "KvAck"); break;
     case MsgType::Bye: same_bytes(encode(decode_bye(p)), p, "Bye"); break;
     case MsgType::Error: same_bytes(encode(decode_error(p)), p, "Error"); break;
+    case MsgType::Ping: same_bytes(encode(decode_ping(p)), p, "Ping"); break;
   }
 }
 
