@@ -255,6 +255,9 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
 
   w.engine.resolved_kv_blocks = resolve_kv_blocks(w, top["engine"]);
   w.disaggregation = parse_disaggregation(top["disaggregation"], w.engine, w.model);
+  if (!w.requests.cancel.phase_cancels.empty() && !w.disaggregation.enabled)
+    top["requests"]["cancel"]["at"].fail(
+        "a cancel at a phase (prefill, parked, transfer, received, decode) needs disaggregation.enabled: true");
   if (w.disaggregation.enabled && w.engine.data_parallel != 1)
     top["engine"]["data_parallel"].fail(
         "data_parallel replicas and disaggregation (1 prefill + 1 decode) are exclusive");

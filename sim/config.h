@@ -50,12 +50,24 @@ struct SharedPrefixSpec {
   bool prepend = false;
 };
 
+// prefill: its first step on the prefill instance is planned; parked: its first token is out,
+// it waits for the decode instance; transfer: its KV transfer started (before any answer);
+// received: its KV is on the decode instance, before a step there; decode: after that step.
+inline constexpr const char* kCancelPhases[] = {"prefill", "parked", "transfer", "received", "decode"};
+
 struct CancelSpec {
   struct At {
     int64_t request;
     double at_s;
   };
   std::vector<At> explicit_cancels;  // request index (arrival order) and absolute time
+  // 1P1D: a request cancelled the moment it reaches a point of its handoff, under any clock (the
+  // lifecycle tests' placements, over a real channel too): kCancelPhases.
+  struct AtPhase {
+    int64_t request;
+    std::string phase;
+  };
+  std::vector<AtPhase> phase_cancels;
   double fraction = 0;               // or: this share of requests, cancelled after a delay
   DistSpec after_s;                  // delay after arrival, seconds
 };

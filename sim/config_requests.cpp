@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "sim/config_sections.h"
 #include "sim/csv.h"
@@ -181,8 +183,18 @@ CancelSpec parse_cancel(const Field& f) {
   f.expect_map({"at", "fraction", "after_s"});
   if (f.has("at")) {
     for (const Field& e : f["at"].items()) {
-      e.expect_map({"request", "at_s"});
-      c.explicit_cancels.push_back({e["request"].as_int(0, INT64_MAX), e["at_s"].as_double(0, 1e12)});
+      e.expect_map({"request", "at_s", "phase"});
+      if (e.has("phase") == e.has("at_s"))
+        e.fail("give at_s (a time) or phase (a point of a 1P1D handoff), one of them");
+      if (e.has("at_s")) {
+        c.explicit_cancels.push_back({e["request"].as_int(0, INT64_MAX), e["at_s"].as_double(0, 1e12)});
+        continue;
+      }
+      const std::string phase = e["phase"].as_string();
+      if (std::find_if(std::begin(kCancelPhases), std::end(kCancelPhases), [&](const char* p) { return phase == p; }) ==
+          std::end(kCancelPhases))
+        e["phase"].fail(fmt::format("unknown phase '{}' (known: prefill, parked, transfer, received, decode)", phase));
+      c.phase_cancels.push_back({e["request"].as_int(0, INT64_MAX), phase});
     }
   }
   if (f.has("fraction")) {
@@ -225,11 +237,10 @@ RequestsSpec parse_requests(const Field& f) {
   if (f.has("cancel")) {
     r.cancel = parse_cancel(f["cancel"]);
     // A trace's request count is known only once it is read; the generator's is known now.
-    if (!r.trace)
-      for (size_t i = 0; i < r.cancel.explicit_cancels.size(); ++i)
-        if (r.cancel.explicit_cancels[i].request >= r.count)
-          f["cancel"]["at"].items()[i]["request"].fail(
-              fmt::format("{} is beyond the last request ({})", r.cancel.explicit_cancels[i].request, r.count - 1));
+    if (!r.trace && f["cancel"].has("at"))
+      for (const Field& e : f["cancel"]["at"].items())
+        if (const int64_t id = e["request"].as_int(0, INT64_MAX); id >= r.count)
+          e["request"].fail(fmt::format("{} is beyond the last request ({})", id, r.count - 1));
   }
   return r;
 }
@@ -269,11 +280,17 @@ YAML::Node requests_yaml(const RequestsSpec& r) {
     n["shared_prefix"]["fraction"] = yaml_number(r.shared_prefix.fraction);
     n["shared_prefix"]["prepend"] = r.shared_prefix.prepend;
   }
-  if (!r.cancel.explicit_cancels.empty() || r.cancel.fraction > 0) {
+  if (!r.cancel.explicit_cancels.empty() || !r.cancel.phase_cancels.empty() || r.cancel.fraction > 0) {
     for (const auto& c : r.cancel.explicit_cancels) {
       YAML::Node cn;
       cn["request"] = c.request;
       cn["at_s"] = yaml_number(c.at_s);
+      n["cancel"]["at"].push_back(cn);
+    }
+    for (const auto& c : r.cancel.phase_cancels) {
+      YAML::Node cn;
+      cn["request"] = c.request;
+      cn["phase"] = c.phase;
       n["cancel"]["at"].push_back(cn);
     }
     if (r.cancel.fraction > 0) {

@@ -53,6 +53,15 @@ Engine::Engine(const Workload& w, RequestSet requests, std::span<executor_i* con
     pd_.channel = channel_->name();
     pd_bytes_.assign(requests_.requests.size(), 0);
     first_token_at_decode_ = w.disaggregation.first_token_from == FirstTokenFrom::Decode;
+    for (const CancelSpec::AtPhase& c : w.requests.cancel.phase_cancels) {
+      if (cancel_point_.empty()) cancel_point_.assign(requests_.requests.size(), CancelPoint::None);
+      const std::string_view p = c.phase;
+      cancel_point_.at(size_t(c.request)) = p == "prefill"    ? CancelPoint::Prefill
+                                            : p == "parked"   ? CancelPoint::Parked
+                                            : p == "transfer" ? CancelPoint::Transfer
+                                            : p == "received" ? CancelPoint::Received
+                                                              : CancelPoint::Decode;
+    }
   }
   if (!executors[0]->simulated()) outputs_.resize(requests_.requests.size());
 }
@@ -269,10 +278,17 @@ void Engine::on(const TransferDone& e) {
   }
   if (o == Handoff::Outcome::Delivered && first_token_at_decode_)
     metrics_.on_token(requests_.requests[size_t(id)], now_);  // D streams the first token now
+  if (o == Handoff::Outcome::Delivered) cancel_at_phase(id, CancelPoint::Received);
   if (o == Handoff::Outcome::Failed) {
     count_failed_transfer(e.fault);
     on_request_left(requests_.requests[size_t(id)]);
   }
+}
+
+void Engine::cancel_at_phase(ReqId id, CancelPoint p) {
+  if (cancel_point_.empty() || cancel_point_[size_t(id)] != p || !requests_.requests[size_t(id)].alive()) return;
+  cancel_point_[size_t(id)] = CancelPoint::None;
+  events_.post(now_, Cancel{id});
 }
 
 void Engine::count_failed_transfer(TransferFault f) {
@@ -297,6 +313,7 @@ void Engine::start_transfers() {
     } catch (const std::exception& ex) {
       s = TransferStart{.async = false, .ok = false, .elapsed = 0, .bytes = 0, .error = ex.what()};
     }
+    cancel_at_phase(o.id, CancelPoint::Transfer);
     pd_bytes_[size_t(o.id)] = s.bytes;
     pd_.bytes += s.ok ? s.bytes : 0;
     if (!s.async) {
@@ -326,8 +343,17 @@ void Engine::on(const StepDone& e) {
   }
   in.inflight.tokens_at = now_;
   for (run_observer_i* o : observers_) o->on_step(in.inflight);
+  // Requests whose first step on the decode instance this was (its first token came from P).
+  std::vector<ReqId> first_on_decode;
+  if (!cancel_point_.empty() && in.role == InstanceRole::Decode)
+    for (const ScheduledSeq& s : plan.seqs)
+      if (s.samples && requests_.requests[size_t(s.id)].generated == 1) first_on_decode.push_back(s.id);
   for (ReqId id : in.scheduler.complete_step(now_)) on_request_left(requests_.requests[size_t(id)]);
-  if (handoff_ && in.role == InstanceRole::Prefill) handoff_->park(in.scheduler.prefilled(), now_);
+  for (ReqId id : first_on_decode) cancel_at_phase(id, CancelPoint::Decode);
+  if (handoff_ && in.role == InstanceRole::Prefill) {
+    handoff_->park(in.scheduler.prefilled(), now_);
+    for (ReqId id : in.scheduler.prefilled()) cancel_at_phase(id, CancelPoint::Parked);
+  }
 }
 
 void Engine::on(const StepFinished& e) {
@@ -388,6 +414,8 @@ void Engine::start_idle_instances() {
 void Engine::start_step(Instance& in) {
   StepPlan& plan = in.scheduler.schedule(now_);
   if (plan.empty()) return;
+  if (!cancel_point_.empty() && in.role == InstanceRole::Prefill)
+    for (const ScheduledSeq& s : plan.seqs) cancel_at_phase(s.id, CancelPoint::Prefill);
   if (in.executor.needs_tokens()) attach_tokens(plan);
   plan.after_idle = in.num_steps == 0 || now_ - in.last_step_end >= kIdleGap;
   if (in.executor.asynchronous()) {  // its result comes back through the inbox (StepFinished)

@@ -82,6 +82,10 @@ class Engine {
   void on(const Cancel& e);
   void on(const TransferDone& e);
   void count_failed_transfer(TransferFault f);
+  // requests.cancel.at[].phase: the request is cancelled the moment it reaches `p` (a Cancel
+  // posted now, handled at this instant before anything else is planned).
+  enum class CancelPoint : uint8_t { None, Prefill, Parked, Transfer, Received, Decode };
+  void cancel_at_phase(ReqId id, CancelPoint p);
   void on(const StepFinished& e);
   void on(const PeerLost& e);
   bool awaiting_async() const { return !async_ops_.empty(); }
@@ -113,6 +117,7 @@ class Engine {
   // reaches D (the transfer's end), not when P samples it (FirstTokenFrom).
   bool first_token_at_decode_ = false;
   DisaggregationStats pd_;
+  std::vector<CancelPoint> cancel_point_;  // by request; empty when no cancel is placed at a phase
   std::vector<int64_t> pd_bytes_;  // by request (1P1D only)
   // Asynchronous work (a decode worker in another process): steps submitted and transfers
   // started whose end has not come back yet. The loop waits for them before it ends.

@@ -139,6 +139,11 @@ void assign_cancellations(const Workload& w, RequestSet& set) {
     Request& r = set.requests[static_cast<size_t>(e.request)];
     r.cancel_at = std::min(r.cancel_at, checked_time(e.at_s, w, "a cancellation (requests.cancel.at)"));
   }
+  for (size_t i = 0; i < c.phase_cancels.size(); ++i)  // placed by the engine (Engine::cancel_at_phase)
+    if (c.phase_cancels[i].request >= n)
+      throw InputError(
+          fmt::format("{}: a cancel at a phase (requests.cancel.at): request {} is beyond the last request ({})",
+                      w.path, c.phase_cancels[i].request, n - 1));
   if (c.fraction <= 0) return;
   Rng rng = stream(w.seed, kCancel);
   for (Request& r : set.requests) {

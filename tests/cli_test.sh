@@ -781,6 +781,42 @@ if command -v python3 >/dev/null; then
       "${pdc[@]}" ended "$s4/timedout" 10 decode_worker_lost
   }
   timed "a transfer unanswered in timeout_ms: a timeout, not a failure; exit 1, every request ended" timed_out
+  # Aborts at every point of the lifecycle (vLLM #19223, #41269, #46289, #56089), two requests at
+  # each: cancelled when its prompt's first step is planned on P, while parked, right after its
+  # transfer started (before the KvAck: a deferred abort), right after delivery (in the same loop
+  # iteration as the KvAck, before D steps it) and after its first step on D (requests.cancel.at
+  # with a phase: placed by the engine, so deterministic over tcp too); 40 requests over 1 s. Twice:
+  # with the worker's KvAcks held 25 ms (the replies of decode steps in flight overtake them) and
+  # with its steps held 15 ms and 4 decode seats (requests wait parked; the KvAcks arrive while a
+  # step is in flight). Which order a given pair arrives in is the wall clock's, so the test counts
+  # that both orders happened. Each run must end with both pools back to their initial free count (the engine's
+  # end-of-run leak check: exit 0), every request ended and the cancels where they were placed.
+  # (Completions and cancels at one instant of the virtual clock: tests/test_handoff_property.cpp.)
+  aborts() {
+    local lens=(--set requests.count=40 --set requests.arrival.rate=40
+      --set 'requests.output_len={dist: uniform, min: 4, max: 16}') at="" p i=3 run
+    for p in prefill parked transfer received decode prefill parked transfer received decode; do
+      at+="${at:+, }{request: $i, phase: $p}"
+      i=$((i + 1))
+    done
+    local cancel=("${lens[@]}" --set "requests.cancel={at: [$at]}")
+    # The tokens to compare with: colocated, the same requests, none cancelled.
+    "$tandem" run "$soak" "${cpu1[@]}" --clock virtual "${lens[@]}" --out "$s4/abort-colo" --quiet --trace none || return 1
+    inject abort-acks "delay_ack_ms=25" $((30 * scale)) "${cancel[@]}"
+    [ "$rc" = 0 ] || { sed 's/^/    /' "$s4/abort-acks.run.out" | head -5; return 1; }
+    inject abort-steps "delay_step_ms=15" $((30 * scale)) "${cancel[@]}" --set disaggregation.decode.max_num_seqs=4
+    [ "$rc" = 0 ] || { sed 's/^/    /' "$s4/abort-steps.run.out" | head -5; return 1; }
+    for run in abort-acks abort-steps; do
+      "${pdc[@]}" ended "$s4/$run" 40 && "${pdc[@]}" tokens "$s4/abort-colo" "$s4/$run" &&
+        "${pdc[@]}" cancels "$s4/$run" prefill=2 parked=2 transfer=2 received=2 decode=2 &&
+        "${pdc[@]}" transfers "$s4/$run" started=36 delivered=34 aborted=2 failed=0 || return 1
+    done
+    "${pdc[@]}" orders "$s4/abort-acks" 0 >"$s4/orders-acks.txt" && "${pdc[@]}" orders "$s4/abort-steps" 15 >"$s4/orders-steps.txt"
+    cat "$s4/orders-acks.txt" "$s4/orders-steps.txt"
+    # acks held: some transfer outlived a decode step's reply; steps held: some KvAck came mid-step.
+    grep -qE ': [1-9][0-9]* outlived' "$s4/orders-acks.txt" && grep -qE ', [1-9][0-9]* ended while' "$s4/orders-steps.txt"
+  }
+  timed "aborts at every point of the lifecycle over tcp, both completion orders: both pools back, every request ended" aborts
   # The soak: 5 % of the transfers fail, arrive corrupt or are cut short at random (seeded), 320
   # requests at 400 req/s (up to 64 at once on D): every request ends finished or failed with
   # kv_transfer_failed, nothing leaks on either instance (exit 0), failures counted by cause, and

@@ -398,6 +398,65 @@ requests:
   CHECK(s.finished == 1);
 }
 
+TEST_CASE("1P1D: a cancel placed at each phase of the handoff ends the request there; both pools end empty") {
+  Run run(R"(model: llama3-8b
+hardware: h200
+engine: {max_num_seqs: 8}
+requests:
+  count: 12
+  arrival: {process: burst}
+  prompt_len: 200
+  output_len: 20
+  cancel:
+    at: [{request: 1, phase: prefill}, {request: 2, phase: parked}, {request: 3, phase: transfer},
+         {request: 4, phase: received}, {request: 5, phase: decode}, {request: 11, phase: parked}]
+disaggregation: {enabled: true, decode: {max_num_seqs: 2}}
+)");
+  Summary s = run.engine->run();  // its end-of-run check: no block held or reserved on either instance
+  const auto& r = run.engine->requests();
+  for (int i : {1, 2, 3, 4, 5, 11}) {
+    CAPTURE(i);
+    CHECK(r[size_t(i)].status == RequestStatus::Cancelled);
+  }
+  CHECK(r[1].generated <= 1);              // its prompt was running on P (the step in flight may still sample)
+  CHECK(r[1].finish == r[0].first_token);  // it left when that step ended
+  CHECK(r[2].generated == 1);              // the first token came from P
+  CHECK(r[3].generated == 1);
+  CHECK(r[4].generated == 1);   // on D, before D stepped it
+  CHECK(r[5].generated == 2);   // after its first step on D
+  CHECK(r[11].generated == 1);  // parked behind D's two seats
+  const DisaggregationFigures& d = s.disaggregation;
+  CHECK(d.cancelled_prefill == 1);
+  CHECK(d.cancelled_parked == 2);
+  CHECK(d.cancelled_transfer == 1);
+  CHECK(d.cancelled_received == 1);
+  CHECK(d.cancelled_decode == 1);
+  CHECK(d.started == 12 - 3);
+  CHECK(d.aborted == 1);  // the sim channel stops at once: a synchronous abort
+  CHECK(d.delivered == 8);
+  CHECK(s.finished == 6);
+  CHECK(s.cancelled == 6);
+}
+
+TEST_CASE("a cancel at a phase needs disaggregation; an unknown phase is named") {
+  const std::string base =
+      "model: tiny\nhardware: h200\nrequests: {count: 2, arrival: {process: burst}, prompt_len: 4, "
+      "output_len: 2, cancel: {at: [{request: 1, ";
+  CHECK_THROWS_WITH_AS(parse_workload(base + "phase: parked}]}}\n", "w.yaml"),
+                       doctest::Contains("a cancel at a phase (prefill, parked, transfer, received, decode) needs "
+                                         "disaggregation.enabled: true"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_workload(base + "phase: sending}]}}\ndisaggregation: {enabled: true}\n", "w.yaml"),
+                       doctest::Contains("field 'requests.cancel.at[0].phase': unknown phase 'sending'"), InputError);
+  CHECK_THROWS_WITH_AS(parse_workload(base + "phase: parked, at_s: 1}]}}\ndisaggregation: {enabled: true}\n", "w.yaml"),
+                       doctest::Contains("give at_s (a time) or phase"), InputError);
+  // The resolved workload prints it back.
+  const Workload w = parse_workload(base + "phase: received}]}}\ndisaggregation: {enabled: true}\n", "w.yaml");
+  REQUIRE(w.requests.cancel.phase_cancels.size() == 1);
+  CHECK(w.requests.cancel.phase_cancels[0].phase == "received");
+  CHECK(to_yaml(w).find("phase: received") != std::string::npos);
+}
+
 TEST_CASE("continuous batching beats static on a mixed long/short workload") {
   const std::string y = tandem::testing::read_file(tandem::testing::source_path("workloads/mixed_long_short.yaml"));
   Run cont(y, {{"requests.count", "400"}}), stat(y, {{"requests.count", "400"}, {"engine.policy", "static"}});
