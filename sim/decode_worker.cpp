@@ -465,8 +465,6 @@ KvAckMsg write_push(KvPushMsg& m, PushContext& c, PushFault fault) {
   return ack;
 }
 
-// One connection: Hello, then steps and KV pushes until Bye or the connection ends. A frame
-// that does not check ends the connection (the peer is not to be trusted), never the process.
 // The injected fault for the next push (FaultInjection), drawn in push order: a given push
 // number first, else by the probabilities.
 class FaultDraw {
