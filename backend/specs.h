@@ -32,6 +32,15 @@ struct ModelSpec {
   double embedding_params() const { return 2.0 * hidden * vocab; }
   double params() const { return linear_params() + embedding_params(); }
   double weight_bytes() const { return params() * dtype_bytes(); }
+  // The weights one of `tp` ranks holds, at the model dtype or at `value_bytes` per element:
+  // the decoder layers' linear weights split over the ranks (Megatron: q/k/v, gate/up by
+  // columns, o, down by rows), the embedding and LM head whole on every rank, as the CPU and
+  // CUDA backends hold them (vLLM splits those by vocabulary too: its ranks hold less). At tp 1
+  // this is weight_bytes().
+  double weight_bytes_per_rank(int32_t tp) const { return weight_bytes_per_rank(tp, dtype_bytes()); }
+  double weight_bytes_per_rank(int32_t tp, int32_t value_bytes) const {
+    return (linear_params() / tp + embedding_params()) * value_bytes;
+  }
   // K and V of one token, all layers, at the model dtype, or at `value_bytes` per element
   // (the CPU backend stores fp32, the CUDA backend bf16), on one of `tp` ranks.
   double kv_bytes_per_token() const { return kv_bytes_per_token(dtype_bytes()); }

@@ -72,6 +72,57 @@ void refuse_lengths_that_never_fit(const Workload& w, const Field& requests) {
         prompt, output, w.engine.resolved_kv_blocks, w.engine.block_size));
 }
 
+KvCapacity kv_capacity(const ModelSpec& m, const HardwareSpec& hw, const EngineSpec& e) {
+  KvCapacity c;
+  c.tp = e.tp;
+  c.block_size = e.block_size;
+  c.linear_bytes = m.linear_params() * m.dtype_bytes();
+  c.embedding_bytes = m.embedding_params() * m.dtype_bytes();
+  c.block_bytes_per_gpu = double(e.block_size) * m.kv_bytes_per_token(m.dtype_bytes(), e.tp);
+  if (e.num_kv_blocks > 0) {
+    c.source = KvCapacity::Source::Blocks;
+    c.blocks = double(e.num_kv_blocks);
+    return c;
+  }
+  if (e.kv_memory_gb > 0) {
+    c.source = KvCapacity::Source::KvMemory;
+    c.kv_bytes_per_gpu = e.kv_memory_gb * 1e9;
+  } else {
+    c.memory_per_gpu = hw.memory_bytes;
+    c.utilization = e.gpu_memory_utilization;
+    c.weight_bytes_per_gpu = m.weight_bytes_per_rank(e.tp);
+    c.kv_bytes_per_gpu = hw.memory_bytes * e.gpu_memory_utilization - c.weight_bytes_per_gpu;
+  }
+  c.blocks = c.kv_bytes_per_gpu > 0 ? std::floor(c.kv_bytes_per_gpu / c.block_bytes_per_gpu) : 0;
+  return c;
+}
+
+std::string KvCapacity::text() const {
+  const auto gb = [](double b) {
+    return b >= 1e9 ? fmt::format("{:.2f} GB", b / 1e9) : fmt::format("{:.2f} MB", b / 1e6);
+  };
+  const std::string ranks = tp == 1 ? "" : " per GPU";
+  const std::string all =
+      tp == 1 ? "" : fmt::format("; {} ranks: {} in all", tp, gb(blocks * block_bytes_per_gpu * tp));
+  const std::string per_block =
+      fmt::format("{:.0f} bytes per block{} ({} tokens)", block_bytes_per_gpu, ranks, block_size);
+  switch (source) {
+    case Source::Blocks:
+      return fmt::format("num_kv_blocks as given: {:.0f} blocks x {} = {}{}{}", blocks, per_block,
+                         gb(blocks * block_bytes_per_gpu), ranks, all);
+    case Source::KvMemory:
+      return fmt::format("engine.kv_memory_gb {}{} / {} = {:.0f} blocks{}", gb(kv_bytes_per_gpu), ranks, per_block,
+                         blocks, all);
+    case Source::DeviceMemory: break;
+  }
+  const std::string weights =
+      tp == 1 ? fmt::format("{} weights", gb(weight_bytes_per_gpu))
+              : fmt::format("({} linear weights / {} ranks + {} embedding and LM head, whole on each rank)",
+                            gb(linear_bytes), tp, gb(embedding_bytes));
+  return fmt::format("{:.6g} GB x {:.6g} - {} = {}{} / {} = {:.0f} blocks{}", memory_per_gpu / 1e9, utilization,
+                     weights, gb(kv_bytes_per_gpu), ranks, per_block, blocks, all);
+}
+
 SchedulerConfig scheduler_config(const Workload& w) {
   return {.policy = w.engine.policy,
           .max_num_seqs = w.engine.max_num_seqs,
@@ -91,7 +142,12 @@ std::vector<InstanceSpec> instance_specs(const Workload& w) {
     if (o.max_num_partial_prefills) e.max_num_partial_prefills = *o.max_num_partial_prefills;
     if (o.tp) e.tp = *o.tp;
     if (o.device) e.device = *o.device;
-    if (o.num_kv_blocks) e.resolved_kv_blocks = *o.num_kv_blocks;
+    if (o.resolved_kv_blocks > 0) {
+      e.resolved_kv_blocks = o.resolved_kv_blocks;
+      e.kv_derivation = o.kv_derivation;
+    } else if (o.num_kv_blocks) {
+      e.resolved_kv_blocks = *o.num_kv_blocks;
+    }
     return e;
   };
   const auto add = [&](InstanceRole role, const EngineSpec& e) {
@@ -161,35 +217,49 @@ void apply_override(YAML::Node& root, const Override& o, YamlSource& src) {
   src.override_texts.push_back(o.key + "=" + o.value);
 }
 
-// The KV cache in blocks: num_kv_blocks as given, or what kv_memory_gb holds, or what the
-// device memory left after the weights holds (at gpu_memory_utilization). Errors name the
-// engine section, where the numbers to change are.
-int32_t resolve_kv_blocks(const Workload& w, const Field& engine) {
-  const EngineSpec& e = w.engine;
-  const double block_bytes = double(e.block_size) * w.model.kv_bytes_per_token();
-  double blocks = 0;
-  if (e.num_kv_blocks > 0) {
-    blocks = double(e.num_kv_blocks);
-  } else {
-    const double budget = e.kv_memory_gb > 0
-                              ? e.kv_memory_gb * 1e9
-                              : w.hardware.memory_bytes * e.gpu_memory_utilization - w.model.weight_bytes();
-    if (budget <= 0)
-      engine.fail(
-          fmt::format("the model's weights ({:.1f} GB) leave no memory for the KV cache "
-                      "({:.1f} GB x gpu_memory_utilization {}); set engine.kv_memory_gb or engine.num_kv_blocks",
-                      w.model.weight_bytes() / 1e9, w.hardware.memory_bytes / 1e9, e.gpu_memory_utilization));
-    blocks = std::floor(budget / block_bytes);
+// The KV cache in blocks (kv_capacity), checked: errors name `at` (the engine section, or the
+// instance's field that gave it a cache of its own) and the keys that set the size.
+void resolve_kv_blocks(const ModelSpec& m, const HardwareSpec& hw, EngineSpec& e, const Field& at,
+                       const std::string& size_keys, const std::string& tp_key) {
+  const KvCapacity c = kv_capacity(m, hw, e);
+  if (c.source == KvCapacity::Source::DeviceMemory && c.kv_bytes_per_gpu <= 0) {
+    const std::string weights =
+        c.tp == 1 ? fmt::format("the model's weights ({:.1f} GB)", c.weight_bytes_per_gpu / 1e9)
+                  : fmt::format(
+                        "the model's weights per GPU ({:.1f} GB at tp {}: {:.1f} GB linear / {} ranks + "
+                        "{:.1f} GB embedding and LM head)",
+                        c.weight_bytes_per_gpu / 1e9, c.tp, c.linear_bytes / 1e9, c.tp, c.embedding_bytes / 1e9);
+    at.fail(fmt::format("{} leave no memory for the KV cache ({:.1f} GB x gpu_memory_utilization {}); set {}{}",
+                        weights, c.memory_per_gpu / 1e9, c.utilization, size_keys,
+                        c.tp == 1 ? "" : ", or raise " + tp_key));
   }
-  if (blocks < 1) engine.fail("the KV cache holds no block (raise kv_memory_gb or num_kv_blocks)");
+  if (c.blocks < 1) at.fail("the KV cache holds no block (raise kv_memory_gb or num_kv_blocks)");
   // The block pool's bookkeeping is 8 bytes a block: cap it at 2^27 blocks (1 GB).
   constexpr double kMaxBlocks = double(1 << 27);
-  if (blocks > kMaxBlocks)
-    engine.fail(
+  if (c.blocks > kMaxBlocks)
+    at.fail(
         fmt::format("the KV cache would have {:.0f} blocks; at most {:.0f} are supported "
                     "(raise block_size, or lower num_kv_blocks / kv_memory_gb)",
-                    blocks, kMaxBlocks));
-  return static_cast<int32_t>(std::min(blocks, double(kI32Max)));
+                    c.blocks, kMaxBlocks));
+  e.resolved_kv_blocks = static_cast<int32_t>(std::min(c.blocks, double(kI32Max)));
+  e.kv_derivation = c.text();
+}
+
+// A stage 4 instance whose tp or num_kv_blocks differs from the engine's gets a cache of its own
+// (each instance's memory is its own GPUs'); otherwise it takes the engine's.
+void resolve_instance_kv_blocks(const Workload& w, InstanceOverrides& o, const Field& f, const char* role) {
+  if (!o.tp && !o.num_kv_blocks) return;
+  EngineSpec e = w.engine;
+  if (o.tp) e.tp = *o.tp;
+  if (o.num_kv_blocks) {
+    e.num_kv_blocks = *o.num_kv_blocks;
+    e.kv_memory_gb = 0;
+  }
+  resolve_kv_blocks(w.model, w.hardware, e, f[o.num_kv_blocks ? "num_kv_blocks" : "tp"],
+                    fmt::format("disaggregation.{}.num_kv_blocks, engine.kv_memory_gb or engine.num_kv_blocks", role),
+                    fmt::format("disaggregation.{}.tp", role));
+  o.resolved_kv_blocks = e.resolved_kv_blocks;
+  o.kv_derivation = e.kv_derivation;
 }
 
 }  // namespace
@@ -253,8 +323,13 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
     w.slo.tpot_ms = s.get_double("tpot_ms", 0, 1e-9, 1e12);
   }
 
-  w.engine.resolved_kv_blocks = resolve_kv_blocks(w, top["engine"]);
+  resolve_kv_blocks(w.model, w.hardware, w.engine, top["engine"], "engine.kv_memory_gb or engine.num_kv_blocks",
+                    "engine.tp");
   w.disaggregation = parse_disaggregation(top["disaggregation"], w.engine, w.model);
+  if (w.disaggregation.enabled) {
+    resolve_instance_kv_blocks(w, w.disaggregation.prefill, top["disaggregation"]["prefill"], "prefill");
+    resolve_instance_kv_blocks(w, w.disaggregation.decode, top["disaggregation"]["decode"], "decode");
+  }
   if (!w.requests.cancel.phase_cancels.empty() && !w.disaggregation.enabled)
     top["requests"]["cancel"]["at"].fail(
         "a cancel at a phase (prefill, parked, transfer, received, decode) needs disaggregation.enabled: true");
@@ -334,12 +409,20 @@ std::string to_yaml(const Workload& w) {
   // Derived values as comments, so the output stays a valid workload (paths are resolved).
   const ModelSpec& m = w.model;
   const EngineSpec& e = w.engine;
+  // How each cache's size was derived (KvCapacity): the engine's, and a stage 4 instance's own.
+  std::string kv = e.kv_derivation.empty() ? "" : fmt::format("# KV cache: {}\n", comment_text(e.kv_derivation));
+  const std::pair<const char*, const InstanceOverrides*> instances[] = {{"prefill", &w.disaggregation.prefill},
+                                                                        {"decode", &w.disaggregation.decode}};
+  if (w.disaggregation.enabled)
+    for (const auto& [role, o] : instances)
+      if (o->resolved_kv_blocks > 0)
+        kv += fmt::format("# KV cache, {} (tp {}): {}\n", role, o->tp.value_or(e.tp), comment_text(o->kv_derivation));
   return fmt::format(
              "{}\n{}# derived: model {:.3f} B parameters, {:.0f} bytes of KV per token; KV cache {} tokens "
-             "({:.1f} GB)\n# hardware numbers: {}\n",
+             "({:.1f} GB)\n{}# hardware numbers: {}\n",
              out.c_str(), reference_steps(w), m.params() / 1e9, m.kv_bytes_per_token(),
              int64_t{e.resolved_kv_blocks} * e.block_size,
-             double(e.resolved_kv_blocks) * e.block_size * m.kv_bytes_per_token() / 1e9,
+             double(e.resolved_kv_blocks) * e.block_size * m.kv_bytes_per_token() / 1e9, kv,
              w.hardware.source.empty() ? "given in the workload" : comment_text(w.hardware.source)) +
          (e.prefix_caching_off_reason.empty()
               ? ""

@@ -103,7 +103,7 @@ struct EngineSpec {
   bool enable_prefix_caching = SchedulerConfig{}.enable_prefix_caching;           // stage 3 (false: stage 2)
   int32_t block_size = kDefaultBlockSize;
   int64_t num_kv_blocks = 0;              // 0: derived from kv_memory_gb or device memory
-  double kv_memory_gb = 0;                // 0: derived from device memory
+  double kv_memory_gb = 0;                // per GPU (each rank's share of the cache); 0: derived from device memory
   double gpu_memory_utilization = 0.9;    // share of device memory for weights + KV
   int32_t state_slots = -1;               // hybrid models: per-sequence state slots; -1: none
   std::string prefix_caching_off_reason;  // set when caching was turned off by a rule (state_slots)
@@ -116,12 +116,41 @@ struct EngineSpec {
   int32_t data_parallel = 1;              // colocated instances, arrivals split round-robin (each its own cache)
   int32_t device = 0;                     // CUDA: the instance's first GPU (set per instance by disaggregation)
   int32_t resolved_kv_blocks = 0;         // what the run uses (set by resolve)
+  std::string kv_derivation;              // how resolved_kv_blocks follows from the inputs (KvCapacity::text)
 };
+
+// How a serving instance's KV cache size follows from its model, hardware and engine section:
+// num_kv_blocks as given; or kv_memory_gb; or what each GPU's memory leaves after its share of
+// the weights. Memory is per GPU: each of the instance's tp ranks holds its share of the weights
+// (ModelSpec::weight_bytes_per_rank: linear weights / tp, embedding and LM head whole) and of
+// every block (its KV heads: block bytes / tp), so
+//   blocks = floor(kv_bytes_per_gpu / (block_bytes / tp))
+//   kv_bytes_per_gpu = hardware.memory_gb x gpu_memory_utilization - weights per rank, or kv_memory_gb
+// and the instance's cache is tp x kv_bytes_per_gpu. At tp 1: memory x utilization - weights.
+struct KvCapacity {
+  enum class Source { Blocks, KvMemory, DeviceMemory } source = Source::DeviceMemory;
+  int32_t tp = 1, block_size = 0;
+  double memory_per_gpu = 0, utilization = 0;    // DeviceMemory: hardware.memory_gb (bytes), gpu_memory_utilization
+  double linear_bytes = 0, embedding_bytes = 0;  // the whole model's (for the text)
+  double weight_bytes_per_gpu = 0;               // DeviceMemory: what one rank holds
+  double kv_bytes_per_gpu = 0;                   // KvMemory, DeviceMemory: the budget (<= 0: no room)
+  double block_bytes_per_gpu = 0;                // one block's K and V on one rank
+  double blocks = 0;                             // as given, or the floor above; not yet range-checked
+  // The arithmetic in one line, e.g. "141 GB x 0.9 - (13.96 GB linear weights / 2 ranks + 2.10 GB
+  // embedding and LM head, whole on each rank) = 117.82 GB per GPU / 1048576 bytes per block per
+  // GPU (16 tokens) = 112361 blocks; 2 ranks: 235.64 GB in all".
+  std::string text() const;
+};
+KvCapacity kv_capacity(const ModelSpec& m, const HardwareSpec& hw, const EngineSpec& e);
 
 // Stage 4: one prefill and one decode instance, the KV moved between them by a channel.
 struct InstanceOverrides {  // per instance, over the engine section (unset: the engine's value)
   std::optional<int32_t> max_num_seqs, max_num_batched_tokens, max_num_partial_prefills, tp, device;
   std::optional<int32_t> num_kv_blocks;
+  // Set by parse_workload when the instance's tp or num_kv_blocks gives it a cache of its own
+  // (kv_capacity at its tp); 0: the engine's resolved_kv_blocks.
+  int32_t resolved_kv_blocks = 0;
+  std::string kv_derivation;
 };
 struct ChannelSpec {
   std::string kind = "copy";    // sim (modelled only), copy (one process), tcp (two processes), nccl (two GPUs)

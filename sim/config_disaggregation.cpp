@@ -89,7 +89,11 @@ YAML::Node overrides_yaml(const InstanceOverrides& o) {
   if (o.max_num_seqs) n["max_num_seqs"] = *o.max_num_seqs;
   if (o.max_num_batched_tokens) n["max_num_batched_tokens"] = *o.max_num_batched_tokens;
   if (o.max_num_partial_prefills) n["max_num_partial_prefills"] = *o.max_num_partial_prefills;
-  if (o.num_kv_blocks) n["num_kv_blocks"] = *o.num_kv_blocks;
+  // The instance's own cache as resolved (its tp's), so that the output reads back to it.
+  if (o.resolved_kv_blocks > 0)
+    n["num_kv_blocks"] = o.resolved_kv_blocks;
+  else if (o.num_kv_blocks)
+    n["num_kv_blocks"] = *o.num_kv_blocks;
   if (o.tp) n["tp"] = *o.tp;
   if (o.device) n["device"] = *o.device;
   return n;

@@ -1,5 +1,6 @@
 // Workload parsing: resolved values, and errors that name file:line:column and the field.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -156,6 +157,112 @@ requests: {count: 3, arrival: {process: constant, rate: 1}, prompt_len: 8, outpu
 
 TEST_CASE("weights that leave no KV memory are an input error") {
   const std::string e = error_of(std::string(kBase) + "engine: {gpu_memory_utilization: 0.05}\n");
+  CHECK(e.find("leave no memory for the KV cache") != std::string::npos);
+}
+
+TEST_CASE("KV capacity is per GPU: at tp 1, 2, 4 and 8 each rank holds its share of the weights and of every block") {
+  // By hand, Llama-3-8B (bf16) on the h200 preset (141 GB a GPU) at gpu_memory_utilization 0.9:
+  //   linear weights 32 x (2 x 4096 x 4096 + 2 x 4096 x 1024 + 3 x 4096 x 14336) = 6,979,321,856
+  //   parameters = 13,958,643,712 bytes; embedding + LM head 2 x 4096 x 128,256 = 1,050,673,152
+  //   parameters = 2,101,346,304 bytes, whole on every rank;
+  //   a block: 16 tokens x 2 (K, V) x 32 layers x 8 KV heads x 128 x 2 bytes = 2,097,152 bytes in all.
+  //   per rank: weights 13,958,643,712 / tp + 2,101,346,304; blocks = floor((126.9e9 - weights) / (2,097,152 / tp))
+  struct Case {
+    const char* tp;
+    double rank_weights, rank_block_bytes;
+    int32_t blocks;
+  };
+  for (const Case c : {Case{"1", 16'059'990'016, 2'097'152, 52'852},   // (126.9e9 - 16.06e9) / 2 MiB = 52,852.6
+                       Case{"2", 9'080'668'160, 1'048'576, 112'361},   // 117.82e9 / 1 MiB = 112,361.3
+                       Case{"4", 5'591'007'232, 524'288, 231'378},     // 121.31e9 / 512 KiB = 231,378.5
+                       Case{"8", 3'846'176'768, 262'144, 469'413}}) {  // 123.05e9 / 256 KiB = 469,413.1
+    CAPTURE(c.tp);
+    const Workload w = parse_workload(kBase, "w.yaml", {{"engine.tp", c.tp}});
+    CHECK(w.engine.resolved_kv_blocks == c.blocks);
+    const KvCapacity k = kv_capacity(w.model, w.hardware, w.engine);
+    CHECK(k.source == KvCapacity::Source::DeviceMemory);
+    CHECK(k.weight_bytes_per_gpu == c.rank_weights);
+    CHECK(k.block_bytes_per_gpu == c.rank_block_bytes);
+    CHECK(k.kv_bytes_per_gpu == doctest::Approx(141e9 * 0.9 - c.rank_weights));
+    // The resolved YAML writes the arithmetic out, and reads back to the same cache.
+    const std::string y = to_yaml(w);
+    CAPTURE(y);
+    CHECK(y.find(fmt::format("= {} blocks", c.blocks)) != std::string::npos);
+    CHECK(y.find(c.tp == std::string("1") ? "# KV cache: 141 GB x 0.9 - 16.06 GB weights = 110.84 GB / 2097152 bytes"
+                                          : "GB linear weights / ") != std::string::npos);
+    CHECK(parse_workload(y, "resolved.yaml").engine.resolved_kv_blocks == c.blocks);
+  }
+  // kv_memory_gb is per GPU too: 10 GB on each rank.
+  for (const auto& [tp, blocks] : {std::pair{"1", 4768}, {"2", 9536}, {"4", 19073}}) {
+    CAPTURE(tp);
+    const Workload w = parse_workload(kBase, "w.yaml", {{"engine.tp", tp}, {"engine.kv_memory_gb", "10"}});
+    CHECK(w.engine.resolved_kv_blocks == blocks);  // floor(10e9 / (2,097,152 / tp))
+  }
+  // num_kv_blocks stays as given at any tp.
+  CHECK(parse_workload(kBase, "w.yaml", {{"engine.tp", "4"}, {"engine.num_kv_blocks", "1000"}})
+            .engine.resolved_kv_blocks == 1000);
+}
+
+TEST_CASE("a model larger than one GPU fits when tp splits it: Llama-3-70B's shape at tp 4 on 80 GB cards") {
+  // 80 layers, hidden 8192, 64/8 heads, ffn 28672, vocab 128256, bf16: 68,451,041,280 linear + 2,101,346,304
+  // embedding parameters = 141.1 GB of weights, more than a card's 80 GB x 0.95 = 76 GB.
+  const std::string base = R"(model: {layers: 80, hidden: 8192, heads: 64, kv_heads: 8, ffn: 28672, vocab: 128256,
+        max_model_len: 8192, dtype: bf16}
+hardware: {preset: h200, memory_gb: 80}
+engine: {gpu_memory_utilization: 0.95}
+requests: {count: 3, arrival: {process: constant, rate: 1}, prompt_len: 100, output_len: 10}
+)";
+  const std::string e = error_of(base);  // one card
+  CHECK(e.find("the model's weights (141.1 GB) leave no memory for the KV cache (80.0 GB x gpu_memory_utilization "
+               "0.95)") != std::string::npos);
+  // tp 4: a rank holds 68,451,041,280 / 4 + 2,101,346,304 parameters = 38,428,213,248 bytes, leaving
+  // 76e9 - 38,428,213,248 = 37,571,786,752 bytes for 16-token blocks of 16 x 2 x 80 x 2 x 128 x 2 = 1,310,720
+  // bytes a rank: 28,664.998 -> 28,664 blocks.
+  const Workload w = parse_workload(base, "w.yaml", {{"engine.tp", "4"}});
+  CHECK(w.engine.resolved_kv_blocks == 28'664);
+  // tp 2: 72.65 GB a rank leaves 3.35 GB: 1,276 blocks of 2,621,440 bytes a rank.
+  CHECK(parse_workload(base, "w.yaml", {{"engine.tp", "2"}}).engine.resolved_kv_blocks == 1'276);
+  // At tp 2 with less memory the message gives the per-GPU arithmetic.
+  const std::string e2 = error_of(base, {{"engine.tp", "2"}, {"engine.gpu_memory_utilization", "0.9"}});
+  CHECK(e2.find("field 'engine'") != std::string::npos);
+  CHECK(e2.find("the model's weights per GPU (72.7 GB at tp 2: 136.9 GB linear / 2 ranks + 4.2 GB embedding and LM "
+                "head) leave no memory") != std::string::npos);
+}
+
+TEST_CASE("stage 4: an instance with a tp of its own gets the KV cache of its own GPUs") {
+  const std::string pd = std::string(kBase) + "disaggregation: {enabled: true, prefill: {tp: 2}}\n";
+  const Workload w = parse_workload(pd, "w.yaml");
+  CHECK(w.engine.resolved_kv_blocks == 52'852);  // tp 1, as in the test above
+  const std::vector<InstanceSpec> in = instance_specs(w);
+  REQUIRE(in.size() == 2);
+  CHECK(in[0].role == InstanceRole::Prefill);
+  CHECK(in[0].engine.tp == 2);
+  CHECK(in[0].engine.resolved_kv_blocks == 112'361);  // two GPUs' worth, as the engine at tp 2
+  CHECK(in[1].engine.tp == 1);
+  CHECK(in[1].engine.resolved_kv_blocks == 52'852);
+  CHECK(instance_workload(w, in[0]).engine.resolved_kv_blocks == 112'361);
+  // The resolved YAML says how, and reads back to the same caches.
+  const std::string y = to_yaml(w);
+  CAPTURE(y);
+  CHECK(y.find("# KV cache, prefill (tp 2): 141 GB x 0.9 - (13.96 GB linear weights / 2 ranks + 2.10 GB embedding "
+               "and LM head, whole on each rank) = 117.82 GB per GPU / 1048576 bytes per block per GPU (16 tokens) "
+               "= 112361 blocks; 2 ranks: 235.64 GB in all") != std::string::npos);
+  CHECK(y.find("# KV cache, decode") == std::string::npos);
+  const std::vector<InstanceSpec> again = instance_specs(parse_workload(y, "resolved.yaml"));
+  CHECK(again[0].engine.resolved_kv_blocks == 112'361);
+  CHECK(again[1].engine.resolved_kv_blocks == 52'852);
+  // An instance's own num_kv_blocks, and the engine's, stay as given whatever the tp.
+  const Workload given = parse_workload(pd, "w.yaml", {{"engine.num_kv_blocks", "5000"}});
+  CHECK(instance_specs(given)[0].engine.resolved_kv_blocks == 5000);
+  const Workload own = parse_workload(pd, "w.yaml", {{"disaggregation.prefill.num_kv_blocks", "700"}});
+  CHECK(instance_specs(own)[0].engine.resolved_kv_blocks == 700);
+  CHECK(instance_specs(own)[1].engine.resolved_kv_blocks == 52'852);
+  // A decode instance at tp 4 that the weights would not leave room at tp 1 names its field.
+  const std::string e = error_of(kBase, {{"disaggregation.enabled", "true"},
+                                         {"disaggregation.decode.tp", "1"},
+                                         {"engine.tp", "2"},
+                                         {"engine.gpu_memory_utilization", "0.1"}});
+  CHECK(e.find("field 'disaggregation.decode.tp'") != std::string::npos);
   CHECK(e.find("leave no memory for the KV cache") != std::string::npos);
 }
 

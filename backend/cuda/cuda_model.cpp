@@ -417,7 +417,7 @@ CudaModel::CudaModel(const ModelSpec& m, const cpu::LlamaWeights* host_weights, 
   s.tile_tokens = mma_tiles ? attention_mma_tile_tokens(group) : attention_tile_tokens(group);
   s.ranks.resize(size_t(tp));
   const double kv_bytes = m.kv_bytes_per_token(2, tp) * double(num_blocks) * block_size;  // bf16, one rank
-  const double weight_bytes = (m.linear_params() / tp + 2.0 * m.hidden * double(m.vocab)) * 2.0;
+  const double weight_bytes = m.weight_bytes_per_rank(tp, 2);  // bf16, one rank (the rule the KV sizing uses)
   // Activations for the largest step (fp32 x, partial, qkv, gate/up; bf16 xn, attention, act)
   // and the LM head's rows; the 32 MB GEMM workspace aside.
   const int32_t max_seqs = next_pow2(std::max(1, opt.max_step_seqs));
