@@ -150,20 +150,20 @@ std::vector<InstanceSpec> instance_specs(const Workload& w) {
     }
     return e;
   };
-  const auto add = [&](InstanceRole role, const EngineSpec& e) {
+  const auto add = [&](InstanceRole role, const EngineSpec& e, const std::optional<HardwareSpec>& own) {
     Workload one = w;
     one.engine = e;
     SchedulerConfig c = scheduler_config(one);
     c.role = role;
     // The decode instance computes no prompt: nothing to hash, nothing to hit.
     if (role == InstanceRole::Decode) c.enable_prefix_caching = false;
-    out.push_back({int32_t(out.size()), role, e, c});
+    out.push_back({int32_t(out.size()), role, e, c, own ? *own : w.hardware});
   };
   if (w.disaggregation.enabled) {
-    add(InstanceRole::Prefill, with(w.disaggregation.prefill));
-    add(InstanceRole::Decode, with(w.disaggregation.decode));
+    add(InstanceRole::Prefill, with(w.disaggregation.prefill), w.disaggregation.prefill.hardware);
+    add(InstanceRole::Decode, with(w.disaggregation.decode), w.disaggregation.decode.hardware);
   } else {
-    for (int32_t i = 0; i < w.engine.data_parallel; ++i) add(InstanceRole::Colocated, w.engine);
+    for (int32_t i = 0; i < w.engine.data_parallel; ++i) add(InstanceRole::Colocated, w.engine, std::nullopt);
   }
   return out;
 }
@@ -171,6 +171,7 @@ std::vector<InstanceSpec> instance_specs(const Workload& w) {
 Workload instance_workload(const Workload& w, const InstanceSpec& in) {
   Workload one = w;
   one.engine = in.engine;
+  one.hardware = in.hardware;
   return one;
 }
 
@@ -245,17 +246,40 @@ void resolve_kv_blocks(const ModelSpec& m, const HardwareSpec& hw, EngineSpec& e
   e.kv_derivation = c.text();
 }
 
-// A stage 4 instance whose tp or num_kv_blocks differs from the engine's gets a cache of its own
-// (each instance's memory is its own GPUs'); otherwise it takes the engine's.
+// A stage 4 instance's own hardware or tp, held to what the workload's are held to (the texts
+// of parse_workload's checks); errors name the instance's field.
+void check_instance_hardware(const Workload& w, const InstanceOverrides& o, const Field& f) {
+  if (!o.hardware && !o.tp) return;
+  const HardwareSpec& hw = o.hardware ? *o.hardware : w.hardware;
+  const int32_t tp = o.tp.value_or(w.engine.tp);
+  const Field at = f[o.hardware ? "hardware" : "tp"];
+  if (hw.fitted && hw.fitted->model != w.model.name)
+    at.fail(fmt::format("the profile was fitted on model '{}', but the workload's model is '{}'", hw.fitted->model,
+                        w.model.name));
+  if (hw.profiled && hw.profiled->model != w.model.name)
+    at.fail(fmt::format("the profile was measured on model '{}', but the workload's model is '{}'", hw.profiled->model,
+                        w.model.name));
+  if (hw.profiled && hw.profiled->tp != tp)
+    at.fail(fmt::format("the hardware profile was measured at tp {}, this instance runs at tp {}: calibrate at this tp",
+                        hw.profiled->tp, tp));
+  if (tp > 1 && !hw.fitted && !hw.profiled && hw.link_bandwidth <= 0)
+    at.fail("tensor parallelism needs hardware.link_bandwidth_gbs (the all-reduces go over it)");
+}
+
+// A stage 4 instance whose tp, hardware or num_kv_blocks differs from the engine's gets a cache of
+// its own (each instance's memory is its own GPUs'); otherwise it takes the engine's.
 void resolve_instance_kv_blocks(const Workload& w, InstanceOverrides& o, const Field& f, const char* role) {
-  if (!o.tp && !o.num_kv_blocks) return;
+  if (!o.tp && !o.num_kv_blocks && !o.hardware) return;
   EngineSpec e = w.engine;
   if (o.tp) e.tp = *o.tp;
   if (o.num_kv_blocks) {
     e.num_kv_blocks = *o.num_kv_blocks;
     e.kv_memory_gb = 0;
   }
-  resolve_kv_blocks(w.model, w.hardware, e, f[o.num_kv_blocks ? "num_kv_blocks" : "tp"],
+  resolve_kv_blocks(w.model, o.hardware ? *o.hardware : w.hardware, e,
+                    f[o.num_kv_blocks ? "num_kv_blocks"
+                      : o.hardware    ? "hardware"
+                                      : "tp"],
                     fmt::format("disaggregation.{}.num_kv_blocks, engine.kv_memory_gb or engine.num_kv_blocks", role),
                     fmt::format("disaggregation.{}.tp", role));
   o.resolved_kv_blocks = e.resolved_kv_blocks;
@@ -325,8 +349,10 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
 
   resolve_kv_blocks(w.model, w.hardware, w.engine, top["engine"], "engine.kv_memory_gb or engine.num_kv_blocks",
                     "engine.tp");
-  w.disaggregation = parse_disaggregation(top["disaggregation"], w.engine, w.model);
+  w.disaggregation = parse_disaggregation(top["disaggregation"], w.engine, w.model, w.hardware);
   if (w.disaggregation.enabled) {
+    check_instance_hardware(w, w.disaggregation.prefill, top["disaggregation"]["prefill"]);
+    check_instance_hardware(w, w.disaggregation.decode, top["disaggregation"]["decode"]);
     resolve_instance_kv_blocks(w, w.disaggregation.prefill, top["disaggregation"]["prefill"], "prefill");
     resolve_instance_kv_blocks(w, w.disaggregation.decode, top["disaggregation"]["decode"], "decode");
   }
@@ -368,7 +394,8 @@ std::string comment_text(std::string_view s) {
 
 // What the workload's cost model predicts for a few reference steps, so that a profile can be
 // checked by eye before a run (and a roofline preset compared with a measured profile).
-std::string reference_steps(const Workload& w) {
+// `whose`: which instance's (empty: the workload's).
+std::string reference_steps(const Workload& w, const std::string& whose = "") {
   const auto model = make_cost_model(w.model, w.hardware, w.engine.tp);
   const int32_t len = w.model.max_model_len, max_seqs = w.engine.max_num_seqs;
   const int32_t max_tokens = w.engine.max_num_batched_tokens;
@@ -384,10 +411,10 @@ std::string reference_steps(const Workload& w) {
   std::vector<std::pair<int32_t, int32_t>> dec(size_t(big), {ctx, 1}), mixed(size_t(mix_decodes), {ctx, 1});
   mixed.push_back({0, std::min(256, pre)});
   return fmt::format(
-      "# predicted step times (ms), {}: decode 1 x {} ctx {:.4g}; decode {} x {} ctx {:.4g}; "
+      "# predicted step times (ms){}, {}: decode 1 x {} ctx {:.4g}; decode {} x {} ctx {:.4g}; "
       "prefill {} tokens {:.4g}; chunk {} over {} cached {:.4g}; mixed {} prompt + {} decodes {:.4g}\n",
-      comment_text(model->inputs().substr(0, model->inputs().find(':'))), ctx, ms({{ctx, 1}}), big, ctx, ms(dec), pre, ms({{0, pre}}),
-      chunk, len - chunk, ms({{len - chunk, chunk}}), std::min(256, pre), mix_decodes, ms(mixed));
+      whose, comment_text(model->inputs().substr(0, model->inputs().find(':'))), ctx, ms({{ctx, 1}}), big, ctx, ms(dec),
+      pre, ms({{0, pre}}), chunk, len - chunk, ms({{len - chunk, chunk}}), std::min(256, pre), mix_decodes, ms(mixed));
 }
 }  // namespace
 
@@ -413,17 +440,29 @@ std::string to_yaml(const Workload& w) {
   std::string kv = e.kv_derivation.empty() ? "" : fmt::format("# KV cache: {}\n", comment_text(e.kv_derivation));
   const std::pair<const char*, const InstanceOverrides*> instances[] = {{"prefill", &w.disaggregation.prefill},
                                                                         {"decode", &w.disaggregation.decode}};
-  if (w.disaggregation.enabled)
-    for (const auto& [role, o] : instances)
+  // An instance's own hardware: what its cost model predicts, and where its numbers come from.
+  std::string steps = reference_steps(w);
+  const auto source = [](const HardwareSpec& h) {
+    return h.source.empty() ? std::string("given in the workload") : comment_text(h.source);
+  };
+  std::string hardware = fmt::format("# hardware numbers: {}\n", source(w.hardware));
+  if (w.disaggregation.enabled) {
+    const std::vector<InstanceSpec> specs = instance_specs(w);
+    for (size_t i = 0; i < 2; ++i) {
+      const auto& [role, o] = instances[i];
       if (o->resolved_kv_blocks > 0)
         kv += fmt::format("# KV cache, {} (tp {}): {}\n", role, o->tp.value_or(e.tp), comment_text(o->kv_derivation));
+      if (o->hardware) {
+        steps += reference_steps(instance_workload(w, specs[i]), fmt::format(", {} instance", role));
+        hardware += fmt::format("# hardware numbers, {} instance: {}\n", role, source(*o->hardware));
+      }
+    }
+  }
   return fmt::format(
              "{}\n{}# derived: model {:.3f} B parameters, {:.0f} bytes of KV per token; KV cache {} tokens "
-             "({:.1f} GB)\n{}# hardware numbers: {}\n",
-             out.c_str(), reference_steps(w), m.params() / 1e9, m.kv_bytes_per_token(),
-             int64_t{e.resolved_kv_blocks} * e.block_size,
-             double(e.resolved_kv_blocks) * e.block_size * m.kv_bytes_per_token() / 1e9, kv,
-             w.hardware.source.empty() ? "given in the workload" : comment_text(w.hardware.source)) +
+             "({:.1f} GB)\n{}{}",
+             out.c_str(), steps, m.params() / 1e9, m.kv_bytes_per_token(), int64_t{e.resolved_kv_blocks} * e.block_size,
+             double(e.resolved_kv_blocks) * e.block_size * m.kv_bytes_per_token() / 1e9, kv, hardware) +
          (e.prefix_caching_off_reason.empty()
               ? ""
               : fmt::format("# prefix caching off: {}\n", comment_text(e.prefix_caching_off_reason)));

@@ -147,8 +147,12 @@ KvCapacity kv_capacity(const ModelSpec& m, const HardwareSpec& hw, const EngineS
 struct InstanceOverrides {  // per instance, over the engine section (unset: the engine's value)
   std::optional<int32_t> max_num_seqs, max_num_batched_tokens, max_num_partial_prefills, tp, device;
   std::optional<int32_t> num_kv_blocks;
-  // Set by parse_workload when the instance's tp or num_kv_blocks gives it a cache of its own
-  // (kv_capacity at its tp); 0: the engine's resolved_kv_blocks.
+  // The instance's own hardware (a preset, a mapping over the workload's hardware, or a profile):
+  // its cost model prices the instance's steps, its memory sizes the instance's cache, its link
+  // carries the instance's TP all-reduces. The link between prefill and decode is the channel's.
+  std::optional<HardwareSpec> hardware;
+  // Set by parse_workload when the instance's tp, hardware or num_kv_blocks gives it a cache of
+  // its own (kv_capacity on its GPUs); 0: the engine's resolved_kv_blocks.
   int32_t resolved_kv_blocks = 0;
   std::string kv_derivation;
 };
@@ -220,10 +224,11 @@ struct InstanceSpec {
   InstanceRole role = InstanceRole::Colocated;
   EngineSpec engine;
   SchedulerConfig scheduler;
+  HardwareSpec hardware;  // the workload's, or the instance's own (disaggregation.prefill/decode.hardware)
 };
 std::vector<InstanceSpec> instance_specs(const Workload& w);
-// The workload one instance runs: the same, with that instance's engine section. What builds an
-// executor (sim/executors.h) takes a Workload; this gives it the instance's.
+// The workload one instance runs: the same, with that instance's engine section and hardware.
+// What builds an executor (sim/executors.h) takes a Workload; this gives it the instance's.
 Workload instance_workload(const Workload& w, const InstanceSpec& in);
 
 }  // namespace tandem

@@ -15,10 +15,22 @@ namespace tandem::config_detail {
 
 namespace {
 
-InstanceOverrides parse_overrides(const Field& f, const EngineSpec& e, const ModelSpec& m) {
+InstanceOverrides parse_overrides(const Field& f, const EngineSpec& e, const ModelSpec& m, const HardwareSpec& hw,
+                                  const char* role) {
   InstanceOverrides o;
   if (!f.present()) return o;
-  f.expect_map({"max_num_seqs", "max_num_batched_tokens", "max_num_partial_prefills", "num_kv_blocks", "tp", "device"});
+  // The link between prefill and decode is one, the channel's; an instance's own link (its TP
+  // all-reduces) is part of its hardware. A link given on one instance would price nothing.
+  for (const char* k : {"link", "bandwidth_gbs", "latency_us", "link_bandwidth_gbs", "link_latency_us"})
+    if (f.is_map() && f.has(k))
+      f[k].fail(fmt::format(
+          "an instance has no link of its own to the other: the prefill-decode link is disaggregation.channel "
+          "(bandwidth_gbs and latency_us, or profile); the link between this instance's GPUs (its tp all-reduces) is "
+          "its hardware's: disaggregation.{}.hardware.link_bandwidth_gbs and link_latency_us",
+          role));
+  f.expect_map({"max_num_seqs", "max_num_batched_tokens", "max_num_partial_prefills", "num_kv_blocks", "tp", "device",
+                "hardware"});
+  if (f.has("hardware")) o.hardware = parse_hardware(f["hardware"], hw);
   if (f.has("max_num_seqs")) o.max_num_seqs = int32_t(f.get_int("max_num_seqs", 0, 1, 1 << 20));
   if (f.has("max_num_batched_tokens"))
     o.max_num_batched_tokens = int32_t(f.get_int("max_num_batched_tokens", 0, 1, kI32Max));
@@ -96,12 +108,14 @@ YAML::Node overrides_yaml(const InstanceOverrides& o) {
     n["num_kv_blocks"] = *o.num_kv_blocks;
   if (o.tp) n["tp"] = *o.tp;
   if (o.device) n["device"] = *o.device;
+  if (o.hardware) n["hardware"] = hardware_yaml(*o.hardware);
   return n;
 }
 
 }  // namespace
 
-DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine, const ModelSpec& model) {
+DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine, const ModelSpec& model,
+                                        const HardwareSpec& hardware) {
   DisaggregationSpec d;
   if (!f.present()) return d;
   f.expect_map({"enabled", "prefill", "decode", "channel", "first_token_from"});
@@ -113,8 +127,8 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
     else if (from != "prefill")
       f["first_token_from"].fail(fmt::format("unknown source '{}' (known: prefill, decode)", from));
   }
-  d.prefill = parse_overrides(f["prefill"], engine, model);
-  d.decode = parse_overrides(f["decode"], engine, model);
+  d.prefill = parse_overrides(f["prefill"], engine, model, hardware, "prefill");
+  d.decode = parse_overrides(f["decode"], engine, model, hardware, "decode");
   if (f.has("channel")) {
     const Field c = f["channel"];
     c.expect_map(

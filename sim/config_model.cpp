@@ -167,6 +167,18 @@ HardwareSpec parse_hardware_map(const Field& f, HardwareSpec h) {
 
 }  // namespace
 
+HardwareSpec parse_hardware(const Field& f, const HardwareSpec& base) {
+  // Over a roofline base only: a profile's measured tables would ignore the numbers given here.
+  if (f.is_map() && !base.fitted && !base.profiled) {
+    HardwareSpec h = parse_hardware_map(f, base);
+    if (!f.has("preset") && !f.has("fitted") && !f.has("profiled"))
+      h.source =
+          fmt::format("{}; this instance's numbers as given", base.source.empty() ? "workload file" : base.source);
+    return h;
+  }
+  return parse_hardware(f);
+}
+
 HardwareSpec parse_hardware(const Field& f) {
   if (!f.present())
     f.fail(fmt::format("missing (a preset name: {}; an inline spec; or a profile .yaml)", hardware_preset_names()));

@@ -33,6 +33,9 @@ std::string yaml_path(const std::string& path);
 // config.json is read here); hardware is a preset, an inline spec, or a profile file.
 ModelSpec parse_model(const Field& f);
 HardwareSpec parse_hardware(const Field& f);
+// A stage 4 instance's hardware: as above, or a mapping without `preset` over `base` (the
+// workload's roofline hardware: only the numbers given change).
+HardwareSpec parse_hardware(const Field& f, const HardwareSpec& base);
 YAML::Node model_yaml(const ModelSpec& m);
 YAML::Node hardware_yaml(const HardwareSpec& h);
 
@@ -51,7 +54,8 @@ EngineSpec parse_engine(const Field& f);
 YAML::Node engine_yaml(const EngineSpec& e);
 
 // config_disaggregation.cpp: stage 4's section, checked against the engine it overrides.
-DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine, const ModelSpec& model);
+DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine, const ModelSpec& model,
+                                        const HardwareSpec& hardware);
 YAML::Node disaggregation_yaml(const DisaggregationSpec& d);
 
 // config_requests.cpp: the synthetic generator (count, arrival, length distributions) or a

@@ -450,7 +450,10 @@ void Engine::check_step_result(const Instance& in, const StepPlan& plan) const {
         "too "
         "slow for this workload's {} requests ({})",
         num_steps_, to_seconds(now_), to_seconds(res.elapsed), kMaxTimeSeconds, requests_.requests.size(),
-        in.executor.simulated() ? make_cost_model(w_.model, w_.hardware, w_.engine.tp)->inputs() : "measured steps"));
+        in.executor.simulated() ? make_cost_model(w_.model, instance_specs(w_)[size_t(in.id)].hardware,
+                                                  instance_specs(w_)[size_t(in.id)].engine.tp)
+                                      ->inputs()
+                                : "measured steps"));
 }
 
 void Engine::record_step(Instance& in, const StepPlan& plan) {

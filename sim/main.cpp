@@ -130,7 +130,7 @@ int run_workload(Workload& w, const RunOptions& o) {
   for (auto& t : threaded) t->attach(engine.inbox());
   if (!run.simulated())
     for (const InstanceSpec& in : specs)
-      engine.set_shadow_cost_model(size_t(in.id), make_cost_model(w.model, w.hardware, in.engine.tp));
+      engine.set_shadow_cost_model(size_t(in.id), make_cost_model(w.model, in.hardware, in.engine.tp));
   std::unique_ptr<RunOutputs> outputs;
   if (o.out) {
     const RunLayout layout = engine.layout();

@@ -392,6 +392,13 @@ expect 2 "field 'engine.data_parallel': data_parallel replicas and disaggregatio
   validate "$q" --set disaggregation.enabled=true --set engine.data_parallel=2
 expect 2 "field 'disaggregation.prefill.foo': unknown field" -- validate "$q" --set disaggregation.prefill.foo=1
 expect 2 "field 'disaggregation.channel.foo': unknown field" -- validate "$q" --set disaggregation.channel.foo=1
+# Per instance: its own hardware (a preset, or numbers over the workload's); no link of its own to the other.
+expect 2 "field 'disaggregation.decode.link': an instance has no link of its own to the other: the prefill-decode link is disaggregation.channel" -- \
+  validate "$q" --set disaggregation.enabled=true --set disaggregation.decode.link=25
+expect 2 "field 'disaggregation.prefill.hardware': unknown hardware preset 'a100'" -- \
+  validate "$q" --set disaggregation.enabled=true --set disaggregation.prefill.hardware=a100
+expect 0 "# predicted step times \\(ms\\), decode instance, hardware 'h200-pcie'" -- \
+  validate "$q" --set disaggregation.enabled=true --set disaggregation.decode.hardware=h200-pcie
 expect 2 "disaggregation.channel.kind: sim only prices a transfer and moves no KV, so --backend cpu" -- \
   run "$g" "${cpu1[@]}" --set disaggregation.enabled=true --set disaggregation.channel.kind=sim
 expect 2 "--clock virtual: the tcp channel's decode worker runs in real time" -- run "$g" "${cpu1[@]}" --clock virtual "${pd[@]}"

@@ -266,6 +266,78 @@ TEST_CASE("stage 4: an instance with a tp of its own gets the KV cache of its ow
   CHECK(e.find("leave no memory for the KV cache") != std::string::npos);
 }
 
+TEST_CASE("stage 4: an instance's own hardware: parsed (preset, mapping over the workload's), emitted, sized") {
+  const std::string pd = std::string(kBase) + "disaggregation: {enabled: true}\n";
+  // A preset name: the PCIe-linked card for a tp 2 prefill instance.
+  const Workload p = parse_workload(
+      pd, "w.yaml", {{"disaggregation.prefill.hardware", "h200-pcie"}, {"disaggregation.prefill.tp", "2"}});
+  REQUIRE(p.disaggregation.prefill.hardware);
+  CHECK(p.disaggregation.prefill.hardware->name == "h200-pcie");
+  CHECK(p.disaggregation.prefill.hardware->link_bandwidth == doctest::Approx(64e9));
+  std::vector<InstanceSpec> in = instance_specs(p);
+  CHECK(in[0].hardware.name == "h200-pcie");
+  CHECK(in[1].hardware.name == "h200");  // the workload's
+  CHECK(instance_workload(p, in[0]).hardware.link_bandwidth == doctest::Approx(64e9));
+  CHECK(instance_workload(p, in[1]).hardware.link_bandwidth == doctest::Approx(450e9));
+  CHECK(in[0].engine.resolved_kv_blocks == 112'361);  // the same memory as h200, at tp 2
+  // A mapping without preset starts from the workload's hardware: only the numbers given change.
+  // An 80 GB decode card: 80e9 x 0.9 - 16,059,990,016 = 55,940,009,984 bytes / 2,097,152 = 26,674.2 blocks.
+  const Workload d = parse_workload(
+      pd, "w.yaml", {{"disaggregation.decode.hardware", "{memory_gb: 80, mem_bandwidth_tbs: 2, name: slow}"}});
+  REQUIRE(d.disaggregation.decode.hardware);
+  const HardwareSpec& h = *d.disaggregation.decode.hardware;
+  CHECK(h.name == "slow");
+  CHECK(h.mem_bandwidth == doctest::Approx(2e12));
+  CHECK(h.peak_flops == doctest::Approx(788e12));  // h200's
+  CHECK(h.memory_bytes == doctest::Approx(80e9));
+  in = instance_specs(d);
+  CHECK(in[0].engine.resolved_kv_blocks == 52'852);
+  CHECK(in[1].engine.resolved_kv_blocks == 26'674);
+  CHECK(in[1].hardware.name == "slow");
+  // Emitted: the section, the instance's predicted steps, its KV arithmetic and its numbers' source;
+  // the output reads back to the same instances.
+  const std::string y = to_yaml(d);
+  CAPTURE(y);
+  CHECK(y.find("    hardware:\n      name: slow\n      peak_tflops: 788\n      mem_bandwidth_tbs: 2\n") !=
+        std::string::npos);
+  CHECK(y.find("# predicted step times (ms), decode instance, hardware 'slow': decode 1 x 1024 ctx ") !=
+        std::string::npos);
+  CHECK(y.find("# KV cache, decode (tp 1): 80 GB x 0.9 - 16.06 GB weights = 55.94 GB / 2097152 bytes per block (16 "
+               "tokens) = 26674 blocks") != std::string::npos);
+  CHECK(y.find("# hardware numbers, decode instance: ") != std::string::npos);
+  CHECK(y.find("prefill instance") == std::string::npos);
+  const Workload again = parse_workload(y, "resolved.yaml");
+  REQUIRE(again.disaggregation.decode.hardware);
+  CHECK(again.disaggregation.decode.hardware->mem_bandwidth == doctest::Approx(2e12));
+  CHECK(again.disaggregation.decode.hardware->memory_bytes == doctest::Approx(80e9));
+  CHECK(instance_specs(again)[1].engine.resolved_kv_blocks == 26'674);
+  CHECK_FALSE(again.disaggregation.prefill.hardware);
+}
+
+TEST_CASE("stage 4: per-instance fields that make no sense exit 2 naming the field") {
+  const std::string pd = std::string(kBase) + "disaggregation: {enabled: true}\n";
+  // A link of its own: the prefill-decode link is the channel's, the TP link the instance's hardware's.
+  for (const char* key : {"link", "bandwidth_gbs", "latency_us", "link_bandwidth_gbs"}) {
+    CAPTURE(key);
+    const std::string e = error_of(pd, {{fmt::format("disaggregation.decode.{}", key), "10"}});
+    CHECK(e.find(fmt::format("field 'disaggregation.decode.{}': an instance has no link of its own", key)) !=
+          std::string::npos);
+    CHECK(e.find("disaggregation.channel (bandwidth_gbs and latency_us, or profile)") != std::string::npos);
+  }
+  // An unknown preset, a bad number, a tp the instance's hardware has no link for.
+  CHECK(error_of(pd, {{"disaggregation.prefill.hardware", "a100"}})
+            .find("field 'disaggregation.prefill.hardware': unknown hardware preset 'a100'") != std::string::npos);
+  CHECK(error_of(pd, {{"disaggregation.decode.hardware.mem_bandwidth_tbs", "-1"}})
+            .find("field 'disaggregation.decode.hardware.mem_bandwidth_tbs'") != std::string::npos);
+  CHECK(error_of(pd, {{"disaggregation.prefill.hardware.link_bandwidth_gbs", "0"}, {"disaggregation.prefill.tp", "2"}})
+            .find("field 'disaggregation.prefill.hardware': tensor parallelism needs hardware.link_bandwidth_gbs") !=
+        std::string::npos);
+  // An instance's hardware whose memory the weights fill.
+  CHECK(error_of(pd, {{"disaggregation.decode.hardware.memory_gb", "16"}})
+            .find("field 'disaggregation.decode.hardware': the model's weights (16.1 GB) leave no memory") !=
+        std::string::npos);
+}
+
 TEST_CASE("synthetic generation is deterministic and follows the distributions") {
   std::string y = R"(seed: 9
 model: llama3-8b

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "sim/engine.h"
 #include "sim/events.h"
+#include "sim/executors.h"
 #include "sim/outputs.h"
 #include "tests/test_helpers.h"
 
@@ -465,6 +466,50 @@ TEST_CASE("continuous batching beats static on a mixed long/short workload") {
   CHECK(b.finished == 400);
   CHECK(a.requests_per_s > 1.5 * b.requests_per_s);
   CHECK(a.ttft_ms.p50 < b.ttft_ms.p50);
+}
+
+TEST_CASE("stage 4: an instance's own hardware prices its steps: a slower decode card slows decode, not prefill") {
+  const std::string pd = R"(seed: 5
+model: llama3-8b
+hardware: h200
+requests:
+  count: 40
+  arrival: {process: poisson, rate: 20}
+  prompt_len: {dist: uniform, min: 200, max: 2000}
+  output_len: {dist: uniform, min: 20, max: 200}
+disaggregation: {enabled: true, channel: {kind: sim}}
+)";
+  struct Steps : run_observer_i {
+    std::vector<std::vector<std::pair<Time, Duration>>> by_instance{2};
+    void on_step(const StepRecord& r) override { by_instance[size_t(r.instance)].push_back({r.start, r.elapsed}); }
+  };
+  const auto run = [&](const std::vector<Override>& o, Steps& steps) {
+    Workload w = parse_workload(pd, "w.yaml", o);
+    RunExecutors exec = make_run_executors(w, "sim");
+    VirtualClock clock;
+    Engine e(w, generate_requests(w), exec.executors, clock, exec.channel);
+    e.add_observer(&steps);
+    return e.run();
+  };
+  Steps a, b;
+  const Summary sa = run({}, a);
+  // The decode card's memory bandwidth 4.3 -> 1 TB/s: decode steps stream the weights, so they take longer.
+  const Summary sb = run({{"disaggregation.decode.hardware.mem_bandwidth_tbs", "1"}}, b);
+  REQUIRE(sa.finished == 40);
+  REQUIRE(sb.finished == 40);
+  REQUIRE(a.by_instance[0].size() > 0);
+  REQUIRE(a.by_instance[1].size() > 0);
+  CHECK(a.by_instance[0] == b.by_instance[0]);  // prefill: the same steps at the same times, each as long
+  const auto mean = [](const std::vector<std::pair<Time, Duration>>& s) {
+    double t = 0;
+    for (const auto& [start, elapsed] : s) t += double(elapsed);
+    return t / double(s.size());
+  };
+  MESSAGE("decode step mean ", mean(a.by_instance[1]) / 1e6, " ms on h200, ", mean(b.by_instance[1]) / 1e6,
+          " ms at 1 TB/s; TPOT p50 ", sa.tpot_ms.p50, " -> ", sb.tpot_ms.p50, " ms");
+  CHECK(mean(b.by_instance[1]) > 2.5 * mean(a.by_instance[1]));
+  CHECK(sb.tpot_ms.p50 > 2.5 * sa.tpot_ms.p50);
+  CHECK(sb.ttft_ms.p50 == sa.ttft_ms.p50);  // the first token comes from the prefill instance
 }
 
 TEST_CASE("the cost model charges tensor parallelism: compute over N, two all-reduces per layer") {
