@@ -888,7 +888,7 @@ expect 0 "instance 0 \\(prefill\\)" -- run "$q" --set disaggregation.enabled=tru
 expect 0 "instance 1 \\(colocated\\): [0-9]+ steps" -- run "$q" --set engine.data_parallel=2 --set requests.count=50
 # Memory is per GPU: a prefill instance at tp 2 has two GPUs' KV (Llama-3-8B on the h200 preset: 112,361
 # blocks against 52,852 at tp 1; the hand computation is in test_config.cpp), the decode instance its own.
-for want in "instance 0 \\(prefill\\): [0-9]+ steps, KV 112361 blocks" "instance 1 \\(decode\\): [0-9]+ steps, KV 52852 blocks"; do
+for want in "instance 0 \\(prefill\\): [0-9]+ steps, busy [0-9.]+%, KV 112361 blocks" "instance 1 \\(decode\\): [0-9]+ steps, busy [0-9.]+%, KV 52852 blocks"; do
   expect 0 "$want" -- run "$q" --set disaggregation.enabled=true --set disaggregation.prefill.tp=2 --set requests.count=50
 done
 check "data_parallel 2 prints two instances" \
