@@ -135,6 +135,27 @@ bool Handoff::cancel(ReqId id, Time now, bool channel_stopped) {
   return freed;
 }
 
+Handoff::CancelOutcome Handoff::cancel_anywhere(ReqId id, Time now, const std::function<bool(uint64_t)>& stop_channel) {
+  CancelOutcome o{phase_[static_cast<size_t>(id)], false};
+  if (!reqs_[static_cast<size_t>(id)].alive()) return o;
+  switch (o.phase) {
+    case PdPhase::Prefill: o.left = p_.cancel(id, now); break;
+    case PdPhase::Decode: o.left = d_.cancel(id, now); break;
+    case PdPhase::Parked:
+      cancel(id, now, true);
+      o.left = true;
+      break;
+    case PdPhase::Transfer:
+      // Blocks go now only if the channel stops writing now; else at its completion.
+      cancel(id, now, stop_channel(ticket_[static_cast<size_t>(id)]));
+      o.left = true;
+      break;
+    case PdPhase::None:
+    case PdPhase::Gone: break;
+  }
+  return o;
+}
+
 uint64_t Handoff::ticket_of(ReqId id) const { return ticket_[static_cast<size_t>(id)]; }
 
 }  // namespace tandem

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -78,6 +79,16 @@ class Handoff {
   // otherwise both stay held until complete() (a deferred abort). Returns whether the blocks
   // went now.
   bool cancel(ReqId id, Time now, bool channel_stopped);
+  // A cancel wherever the request is: on P or D through that scheduler (a request inside a step
+  // there leaves when the step ends), parked or in transfer through cancel() above, asking the
+  // channel to stop only in Transfer (`stop_channel(ticket)`: true if it will never write
+  // again). `left`: the request ended now (its client sees it). The engine and the property test
+  // both cancel through here, so the routing by phase is tested where it runs.
+  struct CancelOutcome {
+    PdPhase phase = PdPhase::None;  // where the cancel found it
+    bool left = false;
+  };
+  CancelOutcome cancel_anywhere(ReqId id, Time now, const std::function<bool(uint64_t)>& stop_channel);
 
   PdPhase phase(ReqId id) const { return phase_[static_cast<size_t>(id)]; }
   uint64_t ticket_of(ReqId id) const;  // 0 if none open

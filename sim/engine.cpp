@@ -6,22 +6,8 @@
 #include <stdexcept>
 
 #include "backend/cost_model.h"
-#include "backend/transfer/channels.h"
 
 namespace tandem {
-
-namespace {
-ChannelModel channel_model(const Workload& w) {
-  const ChannelSpec& c = w.disaggregation.channel;
-  return {.bandwidth_bytes_per_s = c.bandwidth_gbs * 1e9,
-          .latency_s = c.latency_us * 1e-6,
-          .layerwise = c.layerwise,
-          .layers = w.model.layers,
-          .bytes_per_token = w.model.kv_bytes_per_token(),
-          .block_size = w.engine.block_size,
-          .table = c.table};
-}
-}  // namespace
 
 Engine::Engine(const Workload& w, RequestSet requests, executor_i& executor, clock_i& clock)
     : Engine(w, std::move(requests), std::vector<executor_i*>(instance_specs(w).size(), &executor), clock) {}
@@ -41,28 +27,7 @@ Engine::Engine(const Workload& w, RequestSet requests, std::span<executor_i* con
     instances_.push_back(
         std::make_unique<Instance>(s.id, s.scheduler, kv, requests_.requests, *executors[size_t(s.id)]));
   }
-  if (w.disaggregation.enabled) {
-    handoff_ = std::make_unique<Handoff>(instances_[0]->scheduler, instances_[1]->scheduler, requests_.requests);
-    channel_ = channel;
-    if (!channel_) {
-      if (!executors[0]->simulated())
-        throw std::logic_error("Engine: a real backend needs a KV channel that moves the blocks");
-      own_channel_ = std::make_unique<SimChannel>(channel_model(w));
-      channel_ = own_channel_.get();
-    }
-    pd_.channel = channel_->name();
-    pd_bytes_.assign(requests_.requests.size(), 0);
-    first_token_at_decode_ = w.disaggregation.first_token_from == FirstTokenFrom::Decode;
-    for (const CancelSpec::AtPhase& c : w.requests.cancel.phase_cancels) {
-      if (cancel_point_.empty()) cancel_point_.assign(requests_.requests.size(), CancelPoint::None);
-      const std::string_view p = c.phase;
-      cancel_point_.at(size_t(c.request)) = p == "prefill"    ? CancelPoint::Prefill
-                                            : p == "parked"   ? CancelPoint::Parked
-                                            : p == "transfer" ? CancelPoint::Transfer
-                                            : p == "received" ? CancelPoint::Received
-                                                              : CancelPoint::Decode;
-    }
-  }
+  topology_ = make_topology(w, instances_, requests_.requests, channel, *this);
   if (!executors[0]->simulated()) outputs_.resize(requests_.requests.size());
 }
 
@@ -101,14 +66,7 @@ Summary Engine::run() {
   if (run_error_.empty()) check_nothing_lost();
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   MetricsRecorder::RunEnd end{instances_[0]->executor.name(), wall_s, now_, 0};
-  for (const auto& in : instances_) {
-    end.prefix_evictions += in->kv.evictions();
-    pd_.kv_mean_util.push_back(in->busy_time > 0 ? in->kv_used_time / in->busy_time : 0.0);
-    pd_.kv_peak_util.push_back(in->kv_peak);
-    pd_.kv_blocks.push_back(in->kv.num_blocks());
-    pd_.steps.push_back(in->num_steps);
-  }
-  if (handoff_) pd_.counters = handoff_->counters();
+  for (const auto& in : instances_) end.prefix_evictions += in->kv.evictions();
   Summary s = metrics_.summarize(requests_.requests, w_, end);
   add_instance_figures(s);
   s.run_error = run_error_;
@@ -134,57 +92,23 @@ RunLayout Engine::layout() const {
     l.instances.push_back(il);
   }
   l.data_parallel = w_.engine.data_parallel;
-  l.disaggregation = handoff_ != nullptr;
-  if (handoff_) {
-    l.channel = channel_->name();
-    l.first_token_from = std::string(to_string(w_.disaggregation.first_token_from));
-  }
+  topology_->add_layout(l);
   return l;
 }
 
 void Engine::add_instance_figures(Summary& s) const {
   s.layout = layout();
   int64_t blocks = 0;
-  for (size_t i = 0; i < instances_.size(); ++i) {
-    const double busy_s = instances_[i]->busy_time * 1e-9;
-    s.instances.push_back({instances_[i]->id, std::string(to_string(instances_[i]->role)), pd_.kv_blocks[i],
-                           pd_.steps[i], pd_.kv_mean_util[i], pd_.kv_peak_util[i], busy_s,
+  for (const auto& in : instances_) {
+    const double busy_s = in->busy_time * 1e-9;
+    s.instances.push_back({in->id, std::string(to_string(in->role)), in->kv.num_blocks(), in->num_steps,
+                           in->busy_time > 0 ? in->kv_used_time / in->busy_time : 0.0, in->kv_peak, busy_s,
                            s.makespan_s > 0 ? busy_s / s.makespan_s : 0.0});
-    blocks += pd_.kv_blocks[i];
+    blocks += in->kv.num_blocks();
   }
   // Several pools are never one figure: the total blocks here, each pool's use per instance.
   if (instances_.size() > 1) s.kv_blocks = blocks;
-  if (!handoff_) return;
-  DisaggregationFigures& d = s.disaggregation;
-  const HandoffCounters& c = pd_.counters;
-  d.enabled = true;
-  d.channel = pd_.channel;
-  d.started = c.started;
-  d.delivered = c.delivered;
-  d.failed = c.failed;
-  d.aborted = c.aborted;
-  d.stale = c.stale;
-  d.cancelled_parked = c.cancelled_parked;
-  d.failed_error = pd_.failed_error;
-  d.failed_corrupt = pd_.failed_corrupt;
-  d.failed_partial = pd_.failed_partial;
-  d.timed_out = pd_.timed_out;
-  d.cancelled_prefill = pd_.cancelled_prefill;
-  d.cancelled_transfer = pd_.cancelled_transfer;
-  d.cancelled_received = pd_.cancelled_received;
-  d.cancelled_decode = pd_.cancelled_decode;
-  d.lost = handoff_->open_tickets();  // still open when a lost peer ended the run
-  d.bytes = pd_.bytes;
-  std::vector<double> transfer = pd_.transfer_ms, wait, after;
-  for (const Request& r : requests_.requests) {
-    const HandoffTimes& t = handoff_->times(r.id);
-    if (t.transfer_start != kNever) wait.push_back(to_ms(t.transfer_start - t.parked));
-    if (r.status == RequestStatus::Finished && t.transfer_end != kNever)
-      after.push_back(to_ms(t.transfer_end - r.arrival));
-  }
-  d.transfer_ms = percentiles(transfer);
-  d.handoff_wait_ms = percentiles(wait);
-  d.ttft_after_transfer_ms = percentiles(after);
+  topology_->add_figures(s);
 }
 
 // Events posted by other threads happen when the loop takes them in.
@@ -199,11 +123,7 @@ void Engine::check_nothing_lost() const {
   for (const Request& r : requests_.requests) lost += r.alive();
   for (const auto& in : instances_)
     if (in->scheduler.in_flight()) ++lost;
-  if (handoff_ && (handoff_->open_tickets() > 0 || handoff_->num_parked() > 0))
-    throw std::runtime_error(
-        fmt::format("engine: {} transfer ticket(s) still open and {} request(s) parked at the end "
-                    "of the run (lost completion)",
-                    handoff_->open_tickets(), handoff_->num_parked()));
+  topology_->check_nothing_lost();
   if (lost > 0)
     throw std::runtime_error(fmt::format(
         "engine: {} request(s) neither finished, cancelled nor failed at the end of the run (lost event)", lost));
@@ -221,15 +141,12 @@ void Engine::on(const Arrival& e) {
   post_next_arrival();
   Request& r = requests_.requests[size_t(e.id)];
   if (!r.alive()) return;  // cancelled before it arrived
-  Scheduler& sched = route(e.id).scheduler;
   // Per-token work (hashing the prompt) only for a request that can be served at all.
-  const FailReason why = handoff_ ? handoff_->arrival_failure(r) : sched.arrival_failure(r);
+  const FailReason why = topology_->arrival_failure(r);
   std::vector<BlockHash> hashes;
-  if (sched.config().enable_prefix_caching && why == FailReason::None)
+  if (topology_->entry(e.id).scheduler.config().enable_prefix_caching && why == FailReason::None)
     hash_prompt_blocks(r, prompt_tokens_, w_.engine.block_size, hash_root_, hashes);
-  const bool waits = handoff_ ? handoff_->add_request(e.id, now_, std::move(hashes))
-                              : sched.add_request(e.id, now_, std::move(hashes));
-  if (!waits) on_request_left(r);
+  if (!topology_->add_request(e.id, now_, std::move(hashes))) on_request_left(r);
 }
 
 void Engine::on(const Cancel& e) {
@@ -240,120 +157,31 @@ void Engine::on(const Cancel& e) {
     on_request_left(r);
     return;
   }
-  if (!handoff_) {
-    if (route(e.id).scheduler.cancel(e.id, now_)) on_request_left(r);
-    return;
-  }
-  if (!r.alive()) return;
-  switch (handoff_->phase(e.id)) {
-    case PdPhase::Prefill:
-      ++pd_.cancelled_prefill;
-      if (instances_[0]->scheduler.cancel(e.id, now_)) on_request_left(r);
-      return;
-    case PdPhase::Decode:
-      // Its first token came from P; a second one only from a step on D.
-      ++(r.generated > 1 ? pd_.cancelled_decode : pd_.cancelled_received);
-      if (instances_[1]->scheduler.cancel(e.id, now_)) on_request_left(r);
-      return;
-    case PdPhase::Parked: handoff_->cancel(e.id, now_, true); break;
-    case PdPhase::Transfer:
-      ++pd_.cancelled_transfer;
-      // Blocks are freed now only if the channel stops writing now; else at its completion.
-      handoff_->cancel(e.id, now_, channel_->abort(handoff_->ticket_of(e.id), now_));
-      break;
-    default: return;
-  }
-  on_request_left(r);
+  if (topology_->cancel(e.id, now_)) on_request_left(r);
 }
 
 void Engine::on(const TransferDone& e) {
   end_async(-1, e.ticket);
-  if (!run_error_.empty()) return;
-  ReqId id = -1;
-  const Handoff::Outcome o = handoff_->complete(e.ticket, e.ok, now_, &id);
-  if (o == Handoff::Outcome::Stale) return;
-  if (o == Handoff::Outcome::Failed || o == Handoff::Outcome::Delivered) {
-    const HandoffTimes& t = handoff_->times(id);
-    pd_.transfer_ms.push_back(to_ms(t.transfer_end - t.transfer_start));
-  }
-  if (o == Handoff::Outcome::Delivered && first_token_at_decode_)
-    metrics_.on_token(requests_.requests[size_t(id)], now_);  // D streams the first token now
-  if (o == Handoff::Outcome::Delivered) cancel_at_phase(id, CancelPoint::Received);
-  if (o == Handoff::Outcome::Failed) {
-    count_failed_transfer(e.fault);
-    on_request_left(requests_.requests[size_t(id)]);
-  }
+  if (run_error_.empty()) topology_->transfer_done(e, now_);
 }
 
-void Engine::cancel_at_phase(ReqId id, CancelPoint p) {
-  if (cancel_point_.empty() || cancel_point_[size_t(id)] != p || !requests_.requests[size_t(id)].alive()) return;
-  cancel_point_[size_t(id)] = CancelPoint::None;
-  events_.post(now_, Cancel{id});
-}
-
-void Engine::count_failed_transfer(TransferFault f) {
-  switch (f) {
-    case TransferFault::Corrupt: ++pd_.failed_corrupt; return;
-    case TransferFault::Partial: ++pd_.failed_partial; return;
-    case TransferFault::TimedOut: ++pd_.timed_out; return;
-    default: ++pd_.failed_error; return;
-  }
-}
-
-// Parked requests that the decode instance can now take: D reserves, the channel starts. A
-// synchronous channel's end is an event at now + its time; an asynchronous one posts its own.
-void Engine::start_transfers() {
-  for (const TransferOrder& o : handoff_->start_transfers(now_)) {
-    // Layer-wise overlap only with the step that finished this prompt, i.e. one that ended now.
-    const Duration last_step = handoff_->times(o.id).parked == now_ ? instances_[0]->inflight.elapsed : 0;
-    const KvTransfer t{o.ticket, o.id, o.num_tokens, o.src_blocks, o.dst_blocks, last_step, now_};
-    TransferStart s;
-    try {
-      s = channel_->start(t);
-    } catch (const std::exception& ex) {
-      s = TransferStart{.async = false, .ok = false, .elapsed = 0, .bytes = 0, .error = ex.what()};
-    }
-    cancel_at_phase(o.id, CancelPoint::Transfer);
-    pd_bytes_[size_t(o.id)] = s.bytes;
-    pd_.bytes += s.ok ? s.bytes : 0;
-    if (!s.async) {
-      events_.post(now_ + std::max<Duration>(s.elapsed, 0),
-                   TransferDone{o.ticket, s.ok, s.elapsed, s.ok ? TransferFault::None : TransferFault::Error});
-    } else {
-      async_ops_.push_back({clock_.now() + async_timeout(), -1, o.ticket});
-    }
-  }
-}
+void Engine::await_transfer(uint64_t ticket) { async_ops_.push_back({clock_.now() + async_timeout(), -1, ticket}); }
 
 void Engine::on(const StepDone& e) {
   Instance& in = *instances_.at(size_t(e.instance));
   const StepPlan& plan = in.scheduler.current_plan();
   size_t k = 0;
-  // With first_token_from: decode, the first token of a request that moves to D reaches the
-  // client at the transfer's end (on(TransferDone)); one that ends on P (a single output token)
-  // is streamed from P.
-  const bool hold_first = first_token_at_decode_ && in.role == InstanceRole::Prefill;
   for (const ScheduledSeq& s : plan.seqs) {
     if (!s.samples) continue;
     Request& r = requests_.requests[size_t(s.id)];
-    if (!hold_first || r.max_output <= 1) metrics_.on_token(r, now_);
+    if (!topology_->holds_token(in, r)) metrics_.on_token(r, now_);
     if (!outputs_.empty() && k < in.inflight_result.sampled.size())
       outputs_[size_t(s.id)].push_back(in.inflight_result.sampled[k]);
     ++k;
   }
   in.inflight.tokens_at = now_;
   for (run_observer_i* o : observers_) o->on_step(in.inflight);
-  // Requests whose first step on the decode instance this was (its first token came from P).
-  std::vector<ReqId> first_on_decode;
-  if (!cancel_point_.empty() && in.role == InstanceRole::Decode)
-    for (const ScheduledSeq& s : plan.seqs)
-      if (s.samples && requests_.requests[size_t(s.id)].generated == 1) first_on_decode.push_back(s.id);
-  for (ReqId id : in.scheduler.complete_step(now_)) on_request_left(requests_.requests[size_t(id)]);
-  for (ReqId id : first_on_decode) cancel_at_phase(id, CancelPoint::Decode);
-  if (handoff_ && in.role == InstanceRole::Prefill) {
-    handoff_->park(in.scheduler.prefilled(), now_);
-    for (ReqId id : in.scheduler.prefilled()) cancel_at_phase(id, CancelPoint::Parked);
-  }
+  topology_->step_done(in, now_);
 }
 
 void Engine::on(const StepFinished& e) {
@@ -377,14 +205,10 @@ void Engine::check_deadlines() {
   for (const AsyncOp& op : async_ops_)
     if (t >= op.deadline) {
       now_ = std::max(now_, t);
-      // The decode instance's executor is named backend@HOST:PORT when it is a worker.
-      const std::string who = instances_.back()->executor.name();
-      if (op.instance < 0) ++pd_.timed_out;
       on(PeerLost{op.instance >= 0 ? fmt::format("a step of instance {} got no answer from {} in {} ms", op.instance,
                                                  instances_[size_t(op.instance)]->executor.name(),
                                                  w_.disaggregation.channel.timeout_ms)
-                                   : fmt::format("transfer {} was not acknowledged by {} in {} ms", op.ticket, who,
-                                                 w_.disaggregation.channel.timeout_ms)});
+                                   : topology_->transfer_lost(op.ticket)});
       return;
     }
 }
@@ -405,7 +229,7 @@ void Engine::on(const PeerLost& e) {
 }
 
 void Engine::start_idle_instances() {
-  if (handoff_ && handoff_->num_parked() > 0) start_transfers();
+  topology_->before_planning(now_);
   for (const auto& in : instances_)
     if (!in->scheduler.in_flight()) start_step(*in);
 }
@@ -414,8 +238,7 @@ void Engine::start_idle_instances() {
 void Engine::start_step(Instance& in) {
   StepPlan& plan = in.scheduler.schedule(now_);
   if (plan.empty()) return;
-  if (!cancel_point_.empty() && in.role == InstanceRole::Prefill)
-    for (const ScheduledSeq& s : plan.seqs) cancel_at_phase(s.id, CancelPoint::Prefill);
+  topology_->step_planned(in, plan);
   if (in.executor.needs_tokens()) attach_tokens(plan);
   plan.after_idle = in.num_steps == 0 || now_ - in.last_step_end >= kIdleGap;
   if (in.executor.asynchronous()) {  // its result comes back through the inbox (StepFinished)

@@ -327,7 +327,7 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
   // cells where a time or latency does not apply.
   File req;
   bool req_ok = req.open(dir_ + "/requests.csv");
-  const Handoff* pd = e.handoff();
+  const bool pd = e.topology().moves_kv();
   req.append(pd ? kRequestsCsvPdHeader : kRequestsCsvHeader);
   auto seconds_or_empty = [](char* p, Time t) {
     if (t != kNever) p = put_scaled<9>(p, t, to_seconds(t));
@@ -361,13 +361,12 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
     p = put_int(p, r.num_cached_tokens);
     *p++ = ',';
     if (pd) {
-      const HandoffTimes& t = pd->times(r.id);
-      p = seconds_or_empty(p, t.transfer_start);
-      p = seconds_or_empty(p, t.transfer_end);
-      if (t.transfer_start != kNever && t.transfer_end != kNever)
-        p = put_scaled<6>(p, t.transfer_end - t.transfer_start, to_ms(t.transfer_end - t.transfer_start));
+      const RequestTransfer t = e.topology().transfer_of(r.id);
+      p = seconds_or_empty(p, t.start);
+      p = seconds_or_empty(p, t.end);
+      if (t.start != kNever && t.end != kNever) p = put_scaled<6>(p, t.end - t.start, to_ms(t.end - t.start));
       *p++ = ',';
-      p = put_int(p, e.transfer_bytes(r.id));
+      p = put_int(p, t.bytes);
       *p++ = ',';
     }
     req.commit(p);
@@ -404,14 +403,14 @@ void RunOutputs::finish(const Engine& e, const Summary& s, const Workload& w) {
       };
       // 1P1D: P's first token is sampled when the request parks (with first_token_from: decode
       // the client's first token, r.first_token, comes later).
-      const Time sampled = pd && pd->times(r.id).parked != kNever ? pd->times(r.id).parked : r.first_token;
+      const RequestTransfer t = pd ? e.topology().transfer_of(r.id) : RequestTransfer{};
+      const Time sampled = t.parked != kNever ? t.parked : r.first_token;
       span("queued", r.arrival, r.first_scheduled == kNever ? r.finish : r.first_scheduled);
       span("prefill", r.first_scheduled, sampled);
-      if (pd && pd->times(r.id).transfer_start != kNever) {  // 1P1D: waits for a seat, moves, then decodes
-        const HandoffTimes& t = pd->times(r.id);
-        span("handoff_wait", sampled, t.transfer_start);
-        span("transfer", t.transfer_start, t.transfer_end);
-        span("decode", t.transfer_end, r.finish);
+      if (t.start != kNever) {  // 1P1D: waits for a seat, moves, then decodes
+        span("handoff_wait", sampled, t.start);
+        span("transfer", t.start, t.end);
+        span("decode", t.end, r.finish);
       } else {
         span("decode", r.first_token, r.finish);
       }

@@ -702,13 +702,13 @@ TEST_CASE("1P1D first_token_from: decode: TTFT is the after-transfer figure; TPO
   // The schedule is the same (which token the client sees changes no step): the after-transfer
   // figure is the same in both runs, and so is every request's last token and finish.
   CHECK(p.disaggregation.ttft_after_transfer_ms.mean == a.mean);
-  const Handoff* h = at_d.engine->handoff();
-  REQUIRE(h);
+  const topology_i& h = at_d.engine->topology();
+  REQUIRE(h.moves_kv());
   int64_t later = 0;
   for (size_t i = 0; i < at_d.engine->requests().size(); ++i) {
     const Request &rp = at_p.engine->requests()[i], &rd = at_d.engine->requests()[i];
-    CHECK(rd.first_token == h->times(rd.id).transfer_end);
-    CHECK(rp.first_token == h->times(rd.id).parked);
+    CHECK(rd.first_token == h.transfer_of(rd.id).end);
+    CHECK(rp.first_token == h.transfer_of(rd.id).parked);
     CHECK(rd.last_token == rp.last_token);
     CHECK(rd.finish == rp.finish);
     later += rd.first_token > rp.first_token;
@@ -727,7 +727,7 @@ TEST_CASE("1P1D first_token_from: decode: TTFT is the after-transfer figure; TPO
   const Summary sp = gp.engine->run(), sd = gd.engine->run();
   int64_t within = 0;
   for (const Request& r : gd.engine->requests())
-    within += to_ms(gd.engine->handoff()->times(r.id).transfer_end - r.arrival) <= slo;
+    within += to_ms(gd.engine->topology().transfer_of(r.id).end - r.arrival) <= slo;
   CHECK(sd.goodput_fraction == doctest::Approx(double(within) / 80));
   CHECK(sd.goodput_fraction < sp.goodput_fraction);
   CHECK(sp.goodput_fraction >= 0.5);

@@ -1,6 +1,7 @@
 // Stage 4's handoff under random load. Two tests drive a prefill and a decode scheduler and the
 // Handoff between them with a small discrete-event loop written here (arrivals, steps of random
-// length, a KV channel with random latency, cancels), routing cancels as sim/engine.cpp does:
+// length, a KV channel with random latency, cancels), routing cancels through Handoff::cancel_anywhere, as the
+// disaggregated topology (sim/topology_disaggregated.cpp) does:
 //
 //   property      random 1P1D workloads on tiny pools, with the channel's faults injected (drop,
 //                 delay, timeout, corrupt, duplicate and stale completions) and cancels in every
@@ -251,7 +252,7 @@ class PropertyRun {
     }
   }
 
-  // Routed as sim/engine.cpp's on(const Cancel&) does.
+  // Routed through Handoff::cancel_anywhere, as the disaggregated topology does.
   void on_cancel(ReqId id) {
     Request& r = x_.reqs[size_t(id)];
     if (r.status == RequestStatus::Pending) {
@@ -261,45 +262,53 @@ class PropertyRun {
       return;
     }
     const bool alive = r.alive();
+    const bool waiting = r.status == RequestStatus::Waiting;
     const RequestStatus status_before = r.status;
     const Time finish_before = r.finish;
     const int32_t used_p = x_.kp.used_blocks(), used_d = x_.kd.used_blocks();
-    switch (x_.h.phase(id)) {
+    const PdPhase phase_before = x_.h.phase(id);
+    const uint64_t t = x_.h.ticket_of(id);
+    bool asked = false, sync = false;
+    const Handoff::CancelOutcome o = x_.h.cancel_anywhere(id, now_, [&](uint64_t ticket) {
+      asked = true;
+      REQUIRE(ticket == t);
+      sync = g_.chance(0.5);
+      return sync;
+    });
+    REQUIRE(o.phase == phase_before);
+    // The channel is asked to stop only for a live request in transfer.
+    REQUIRE(asked == (alive && phase_before == PdPhase::Transfer));
+    switch (o.phase) {
       case PdPhase::Prefill: {
-        const bool waiting = r.status == RequestStatus::Waiting;
-        const bool left = x_.p.cancel(id, now_);
         if (!alive) break;
         if (waiting) {
           ++tot_.cancel_p_waiting;
-          REQUIRE(left);
+          REQUIRE(o.left);
         } else {
           ++tot_.cancel_p_running;
-          REQUIRE(left == !x_.p.in_flight());  // inside a step: it leaves when the step ends
+          REQUIRE(o.left == !x_.p.in_flight());  // inside a step: it leaves when the step ends
         }
-        if (left) REQUIRE((r.status == RequestStatus::Cancelled && r.finish == now_));
+        if (o.left) REQUIRE((r.status == RequestStatus::Cancelled && r.finish == now_));
         break;
       }
       case PdPhase::Decode: {
-        const bool left = x_.d.cancel(id, now_);
         if (!alive) break;
         ++tot_.cancel_d;
-        REQUIRE(left == !x_.d.in_flight());
-        if (left) REQUIRE((r.status == RequestStatus::Cancelled && r.finish == now_));
+        REQUIRE(o.left == !x_.d.in_flight());
+        if (o.left) REQUIRE((r.status == RequestStatus::Cancelled && r.finish == now_));
         break;
       }
       case PdPhase::Parked:
         REQUIRE(alive);
         ++tot_.cancel_parked;
-        REQUIRE(x_.h.cancel(id, now_, true));
+        REQUIRE(o.left);
         REQUIRE(x_.h.phase(id) == PdPhase::Gone);
         REQUIRE(x_.kp.used_blocks() <= used_p);
         break;
       case PdPhase::Transfer: {
         REQUIRE(alive);  // one cancel per request: a deferred abort's request is never cancelled again
-        const uint64_t t = x_.h.ticket_of(id);
         REQUIRE(t != 0);
-        const bool sync = g_.chance(0.5);
-        REQUIRE(x_.h.cancel(id, now_, sync) == sync);
+        REQUIRE(o.left);
         if (sync) {  // the channel stopped writing: both sides free now; a late completion is stale
           ++tot_.cancel_transfer_sync;
           ++run_aborted_sync_;
@@ -935,19 +944,10 @@ class DiffRun {
       return;
     }
     const bool sync = g_.chance(0.5);
-    switch (x_.h.phase(id)) {  // routed as sim/engine.cpp does
-      case PdPhase::Prefill: x_.p.cancel(id, now_); break;
-      case PdPhase::Decode: x_.d.cancel(id, now_); break;
-      case PdPhase::Parked:
-        ++tot_.cancels_parked;
-        x_.h.cancel(id, now_, true);
-        break;
-      case PdPhase::Transfer:
-        ++tot_.cancels_transfer;
-        x_.h.cancel(id, now_, sync);
-        break;
-      default: break;
-    }
+    // Routed as the disaggregated topology does.
+    const PdPhase phase = x_.h.cancel_anywhere(id, now_, [&](uint64_t) { return sync; }).phase;
+    tot_.cancels_parked += phase == PdPhase::Parked;
+    tot_.cancels_transfer += phase == PdPhase::Transfer;
     ref_.cancel(id, now_, sync);
   }
 

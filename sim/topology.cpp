@@ -1,0 +1,38 @@
+#include "sim/topology.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "sim/topology_colocated.h"
+#include "sim/topology_disaggregated.h"
+
+namespace tandem {
+
+void topology_i::transfer_done(const TransferDone& e, Time) {
+  throw std::logic_error(fmt::format("the {} topology moves no KV, yet transfer {} ended", name(), e.ticket));
+}
+
+std::string topology_i::transfer_lost(uint64_t ticket) {
+  throw std::logic_error(fmt::format("the {} topology moves no KV, yet transfer {} was awaited", name(), ticket));
+}
+
+std::unique_ptr<topology_i> make_topology(const Workload& w, std::span<const std::unique_ptr<Instance>> instances,
+                                          std::span<Request> requests, kv_channel_i* channel, loop_i& loop) {
+  if (w.disaggregation.enabled)
+    return std::make_unique<DisaggregatedTopology>(w, instances, requests, channel, loop);
+  return std::make_unique<ColocatedTopology>(instances, loop);
+}
+
+ChannelModel channel_model(const Workload& w) {
+  const ChannelSpec& c = w.disaggregation.channel;
+  return {.bandwidth_bytes_per_s = c.bandwidth_gbs * 1e9,
+          .latency_s = c.latency_us * 1e-6,
+          .layerwise = c.layerwise,
+          .layers = w.model.layers,
+          .bytes_per_token = w.model.kv_bytes_per_token(),
+          .block_size = w.engine.block_size,
+          .table = c.table};
+}
+
+}  // namespace tandem
