@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "backend/transfer/channel_kind.h"
 #include "core/error.h"
 #include "sim/csv.h"
 #include "sim/inbox.h"
@@ -122,8 +123,10 @@ int calibrate_channel(const std::string& workload, const std::vector<Override>& 
   overrides.push_back({"disaggregation.enabled", "true"});
   Workload w = load_workload(workload, overrides);
   const std::string kind = w.disaggregation.channel.kind;
-  if (backend == "sim" || kind == "sim")
-    throw InputError("calibrate --channel measures a real channel: --backend cpu or cuda, channel kind copy, tcp or nccl");
+  if (backend == "sim" || !channel_kind(kind).moves_kv)
+    throw InputError(
+        fmt::format("calibrate --channel measures a real channel: --backend cpu or cuda, channel kind {}",
+                    channel_kind_names([](const ChannelKind& k) { return k.moves_kv; }, " or ")));
   RunExecutors run = make_run_executors(w, backend, cuda, threads);
   Inbox inbox;
   if (run.remote) run.remote->attach(inbox);
@@ -132,8 +135,13 @@ int calibrate_channel(const std::string& workload, const std::vector<Override>& 
   // smaller cache.
   int32_t longest = 1;
   for (const Request& r : generate_requests(w).requests) longest = std::max(longest, r.prompt_len);
-  const int32_t most = std::max(1, std::min({specs[0].engine.resolved_kv_blocks / 4, specs[1].engine.resolved_kv_blocks / 4,
-                                             blocks_for(longest, w.engine.block_size)}));
+  int32_t most = blocks_for(longest, w.engine.block_size);
+  const kv_store_i* prefill_kv = nullptr;  // where the blocks are read: their size
+  for (size_t i = 0; i < specs.size(); ++i) {
+    most = std::min(most, specs[i].engine.resolved_kv_blocks / 4);
+    if (specs[i].role == InstanceRole::Prefill) prefill_kv = run.executors[i]->kv_store();
+  }
+  most = std::max(1, most);
   const int32_t bs = w.engine.block_size;
   std::vector<int32_t> blocks(static_cast<size_t>(most));
   for (int32_t i = 0; i < most; ++i) blocks[size_t(i)] = i;
@@ -161,7 +169,7 @@ int calibrate_channel(const std::string& workload, const std::vector<Override>& 
       const KvTransfer x{ticket++, 0, n * bs, b, b, 0, 0};
       const Duration d = one_transfer(*run.channel, inbox, x);
       if (r > 0) t.push_back(to_seconds(d));  // the first of each size warms up (pages, buffers)
-      bytes = int64_t(n) * (run.executors[0]->kv_store() ? run.executors[0]->kv_store()->block_bytes() : 0);
+      bytes = int64_t(n) * (prefill_kv ? prefill_kv->block_bytes() : 0);
     }
     std::sort(t.begin(), t.end());
     const double med = t[t.size() / 2];

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "backend/transfer/auth.h"
+#include "backend/transfer/channel_kind.h"
 #include "sim/config_sections.h"
 
 namespace tandem {
@@ -135,8 +136,13 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
         {"kind", "bandwidth_gbs", "latency_us", "table", "layerwise", "timeout_ms", "peer", "secret_file", "profile"});
     ChannelSpec& ch = d.channel;
     ch.kind = c.get_string("kind", ch.kind);
-    if (ch.kind != "sim" && ch.kind != "copy" && ch.kind != "tcp" && ch.kind != "nccl")
-      c["kind"].fail(fmt::format("unknown channel '{}' (known: sim, copy, tcp, nccl)", ch.kind));
+    const ChannelKind* kind = find_channel_kind(ch.kind);
+    if (!kind)
+      c["kind"].fail(fmt::format("unknown channel '{}' (known: {})", ch.kind,
+                                 channel_kind_names([](const ChannelKind&) { return true; }, ", ")));
+    // A peer and a secret are for a kind whose decode instance is another process.
+    const std::string remote_kinds =
+        channel_kind_names([](const ChannelKind& k) { return k.remote_decode; }, " or ");
     // A measured channel (tandem calibrate --channel): its bandwidth and latency, unless the
     // section gives them too.
     if (c.has("profile")) {
@@ -163,7 +169,7 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
                            ch.peer.size() - colon - 1 <= 5 && std::stoi(ch.peer.substr(colon + 1)) <= 65535 &&
                            std::stoi(ch.peer.substr(colon + 1)) > 0;
       if (colon == 0 || !port_ok) c["peer"].fail(fmt::format("'{}' is not HOST:PORT (port 1-65535)", ch.peer));
-      if (ch.kind != "tcp") c["peer"].fail("a peer is for the tcp channel only");
+      if (!kind->remote_decode) c["peer"].fail(fmt::format("a peer is for the {} channel only", remote_kinds));
     }
     if (c.has("secret_file")) {
       ch.secret_file = c["secret_file"].as_path();
@@ -173,7 +179,8 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
       } catch (const InputError& e) {
         c["secret_file"].fail(e.what());
       }
-      if (ch.kind != "tcp") c["secret_file"].fail("a secret is for the tcp channel only");
+      if (!kind->remote_decode)
+        c["secret_file"].fail(fmt::format("a secret is for the {} channel only", remote_kinds));
     }
   }
   if (d.enabled && engine.policy == BatchingPolicy::Static)

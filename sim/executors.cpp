@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 #include "backend/cost_model.h"
-#include "backend/transfer/channels.h"
+#include "backend/transfer/channel_kind.h"
 
 namespace tandem {
 
@@ -64,11 +66,18 @@ RunExecutors make_run_executors(Workload& w, const std::string& backend, const E
                                 const ChannelFactory* channels) {
   RunExecutors r;
   const std::vector<InstanceSpec> specs = instance_specs(w);
-  const bool remote_decode = w.disaggregation.enabled && backend != "sim" && w.disaggregation.channel.kind == "tcp";
+  const ChannelKind* kind = w.disaggregation.enabled ? &channel_kind(w.disaggregation.channel.kind) : nullptr;
+  const bool remote_decode = kind && backend != "sim" && kind->remote_decode;
   if (backend == "cpu") check_cpu_run_memory(w, specs, remote_decode);
+  // An instance's executor by role (1P1D has one of each), once it is built.
+  auto built = [&](InstanceRole role) -> executor_i& {
+    for (size_t i = 0; i < r.executors.size(); ++i)
+      if (specs[i].role == role) return *r.executors[i];
+    throw std::logic_error(fmt::format("make_run_executors: no {} instance built yet", to_string(role)));
+  };
   for (const InstanceSpec& in : specs) {
     if (remote_decode && in.role == InstanceRole::Decode) {  // built by the worker, in its process
-      r.remote = std::make_unique<DecodeWorkerLink>(w, in, backend, threads, r.executors[0]->kv_store());
+      r.remote = std::make_unique<DecodeWorkerLink>(w, in, backend, threads, built(InstanceRole::Prefill).kv_store());
       r.executors.push_back(&r.remote->executor());
       r.channel = &r.remote->channel();
       continue;
@@ -79,36 +88,39 @@ RunExecutors make_run_executors(Workload& w, const std::string& backend, const E
     r.executors.push_back(r.owned.back().get());
   }
   if (!w.disaggregation.enabled || r.simulated() || r.remote) return r;
-  const std::string& kind = w.disaggregation.channel.kind;
-  if (kind == "sim")
+  executor_i &prefill = built(InstanceRole::Prefill), &decode = built(InstanceRole::Decode);
+  if (!kind->moves_kv)
     throw InputError(fmt::format(
-        "disaggregation.channel.kind: sim only prices a transfer and moves no KV, so --backend {} would decode without "
-        "the prompt's KV: use copy (one process) or tcp (two processes)",
-        backend));
+        "disaggregation.channel.kind: {} only prices a transfer and moves no KV, so --backend {} would decode without "
+        "the prompt's KV: use {}",
+        kind->name, backend,
+        channel_kind_names([](const ChannelKind& k) { return k.moves_kv && !k.needs_cuda; }, " or ", true)));
   if (channels) {  // a CUDA build's own (device to device, nccl), when both executors are its
-    r.owned_channel = (*channels)(kind, *r.executors[0], *r.executors[1]);
+    r.owned_channel = (*channels)(kind->name, prefill, decode);
     if (r.owned_channel) {
       r.channel = r.owned_channel.get();
       return r;
     }
   }
-  if (kind == "copy") {
-    kv_store_i* from = r.executors[0]->kv_store();
-    kv_store_i* to = r.executors[1]->kv_store();
+  const std::string in_one_process = channel_kind_names([](const ChannelKind& k) { return bool(k.in_process); }, " or ");
+  if (kind->in_process) {
+    kv_store_i* from = prefill.kv_store();
+    kv_store_i* to = decode.kv_store();
     if (!from || !to)
-      throw InputError(fmt::format("disaggregation.channel.kind: copy: the {} backend exposes no KV store", backend));
-    r.owned_channel = std::make_unique<CopyChannel>(*from, *to);
+      throw InputError(
+          fmt::format("disaggregation.channel.kind: {}: the {} backend exposes no KV store", kind->name, backend));
+    r.owned_channel = kind->in_process(*from, *to);
     r.channel = r.owned_channel.get();
     return r;
   }
-  if (kind == "nccl")
+  if (kind->needs_cuda)
     throw InputError(fmt::format(
-        "disaggregation.channel.kind: nccl moves KV between two GPUs: it needs --backend cuda (here {}) in a build "
-        "with the CUDA backend; copy runs in one process on any backend",
-        backend));
+        "disaggregation.channel.kind: {} moves KV between {}: it needs --backend cuda (here {}) in a build "
+        "with the CUDA backend; {} runs in one process on any backend",
+        kind->name, kind->where, backend, in_one_process));
   throw InputError(fmt::format(
-      "disaggregation.channel.kind: {} is not available for --backend {} in this build (copy runs in one process)",
-      kind, backend));
+      "disaggregation.channel.kind: {} is not available for --backend {} in this build ({} runs in one process)",
+      kind->name, backend, in_one_process));
 }
 
 const ExecutorFactory* cuda_executor_factory() {

@@ -13,7 +13,7 @@
 #include "backend/transfer/channel.h"
 #include "backend/warmup.h"
 #include "sim/config.h"
-#include "sim/decode_worker.h"
+#include "sim/worker_link.h"
 
 namespace tandem {
 

@@ -19,7 +19,8 @@
 #include "sim/calibrate.h"
 #include "sim/compare.h"
 #include "sim/config.h"
-#include "sim/decode_worker.h"
+#include "sim/worker_server.h"
+#include "backend/transfer/channel_kind.h"
 #include "sim/engine.h"
 #include "sim/executors.h"
 #include "sim/generate.h"
@@ -85,8 +86,10 @@ struct RunOptions {
 int run_workload(Workload& w, const RunOptions& o) {
   if (o.backend == "cpu") cpu::set_threads(o.threads);
   // Before a decode worker is started or reached: its steps run in real time.
-  if (o.clock == "virtual" && o.backend != "sim" && w.disaggregation.enabled && w.disaggregation.channel.kind == "tcp")
-    throw InputError("--clock virtual: the tcp channel's decode worker runs in real time; use the wall clock");
+  if (o.clock == "virtual" && o.backend != "sim" && w.disaggregation.enabled &&
+      channel_kind(w.disaggregation.channel.kind).remote_decode)
+    throw InputError(fmt::format("--clock virtual: the {} channel's decode worker runs in real time; use the wall clock",
+                                 w.disaggregation.channel.kind));
   RunExecutors run = make_run_executors(w, o.backend, cuda_executor_factory(), o.threads, cuda_channel_factory());
   const std::string clock_name = !o.clock.empty() ? o.clock : run.simulated() ? "virtual" : "wall";
   if (clock_name != "wall" && clock_name != "virtual")

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_executor.h"
 #include "sim/engine.h"
+#include "backend/transfer/channel_kind.h"
 #include "backend/transfer/channels.h"
 #include "sim/executors.h"
 #include "tests/golden.h"
@@ -355,6 +356,46 @@ TEST_CASE(
       MESSAGE("P tp ", p_tp, ", D tp ", d_tp, ": ", s.disaggregation.delivered, " transfers",
               std::string(copy->relayouts() ? " re-laid out" : ""), ", ", s.prefix_hit_tokens, " prompt tokens hit; identical");
     }
+}
+
+TEST_CASE(
+    "a channel kind added by one row (register_channel_kind, here in this test alone) is accepted by the workload "
+    "parser and the run's wiring, and gives 1P1D golden tokens") {
+  // A relay around the copy channel that counts what it moved: the row is all that names it.
+  struct Relay final : kv_channel_i {
+    CopyChannel inner;
+    int64_t& moved;
+    Relay(kv_store_i& from, kv_store_i& to, int64_t& n) : inner(from, to), moved(n) {}
+    std::string name() const override { return "test-relay"; }
+    TransferStart start(const KvTransfer& t) override {
+      ++moved;
+      return inner.start(t);
+    }
+    bool abort(uint64_t ticket, Time now) override { return inner.abort(ticket, now); }
+  };
+  static int64_t moved = 0;
+  register_channel_kind({.name = "test-relay",
+                         .where = "one process, through a test's relay",
+                         .in_process = [](kv_store_i& from, kv_store_i& to) -> std::unique_ptr<kv_channel_i> {
+                           return std::make_unique<Relay>(from, to, moved);
+                         }});
+  REQUIRE(find_channel_kind("test-relay"));
+  const std::string wl = source_path("workloads/golden_prefix.yaml");
+  const CpuRun base = run_on_cpu(wl, {kNoChunking, {"engine.enable_prefix_caching", "false"}});
+  const CpuRun run = run_on_cpu(wl, {{"engine.max_num_batched_tokens", "61"},
+                                     {"disaggregation.enabled", "true"},
+                                     {"disaggregation.channel.kind", "test-relay"}});
+  for (const Request& r : run.requests)
+    REQUIRE_MESSAGE(r.status == RequestStatus::Finished, "request ", r.id, " ended ", to_string(r.status));
+  const std::string d = first_divergence(base.outputs, run.outputs);
+  CHECK_MESSAGE(d.empty(), d);
+  CHECK(run.summary.disaggregation.channel == "test-relay");
+  CHECK(moved > 0);  // exercised: the relay moved every transfer
+  CHECK(run.summary.disaggregation.delivered == moved);
+  // A kind no row has is refused where the workload names it.
+  CHECK_THROWS_WITH_AS(load_workload(wl, {{"disaggregation.enabled", "true"}, {"disaggregation.channel.kind", "nope"}}),
+                       doctest::Contains("unknown channel 'nope' (known: sim, copy, tcp, nccl, test-relay)"),
+                       InputError);
 }
 
 TEST_CASE("mutation: blocks moved between TPs without the re-layout give other tokens (the check above can fail)") {

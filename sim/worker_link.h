@@ -10,27 +10,24 @@
 // Answers come back on the link's reader thread and are posted into the engine's inbox: a
 // StepFinished, a TransferDone (ticket), or a PeerLost (the connection closed, a corrupt or
 // unexpected frame, an error the worker reported). The engine's deadlines cover a silent peer.
+// The parts: RemoteExecutor (steps out), TcpChannel (KV out, acks judged), WorkerChild (a
+// worker started here), the worker itself in sim/worker_server.h.
 #pragma once
-#include <sys/types.h>
-
 #include <chrono>
 #include <condition_variable>
-#include <filesystem>
-#include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <set>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "backend/executor.h"
 #include "backend/transfer/channel.h"
 #include "backend/transfer/tcp_link.h"
 #include "sim/config.h"
 #include "sim/inbox.h"
+#include "sim/remote_executor.h"
+#include "sim/tcp_channel.h"
+#include "sim/worker_child.h"
 
 namespace tandem {
 
@@ -56,12 +53,9 @@ class DecodeWorkerLink {
   std::string peer() const { return peer_; }
 
  private:
-  class RemoteExecutor;
-  class TcpChannel;
   void on_frame(transfer::Frame&& f);
   void on_close(const std::string& reason);
   void post(Event e);  // into the inbox, if attached (thread-safe)
-  void start_child(const std::string& backend, int threads, const std::string& checkpoint);
   // Pings the worker every idle / 4 until detach(), so that an idle run keeps its worker (whose
   // idle timeout drops a client that says nothing: a stopped one).
   void start_heartbeat(std::chrono::milliseconds idle);
@@ -70,8 +64,7 @@ class DecodeWorkerLink {
   std::unique_ptr<RemoteExecutor> executor_;
   std::unique_ptr<TcpChannel> channel_;
   std::string peer_;
-  pid_t child_ = -1;
-  uint16_t child_port_ = 0;
+  std::unique_ptr<WorkerChild> child_;  // a worker this run started (no peer given)
   std::mutex mu_;
   Inbox* inbox_ = nullptr;  // under mu_
   bool closing_ = false;    // under mu_: our own close, not a lost peer
@@ -80,37 +73,5 @@ class DecodeWorkerLink {
   int32_t decode_instance_ = 1;
   std::chrono::milliseconds timeout_;
 };
-
-// TEST ONLY: faults a worker injects into the KV pushes it receives (`tandem worker
-// --inject-transfer-faults SPEC`, or $TANDEM_WORKER_INJECT for the worker a run starts), as
-// SGLang's DISAGGREGATION_TEST_FAILURE_PROB does. SPEC is comma-separated KEY=VALUE:
-//   fail, corrupt, partial   a probability per push (drawn from `seed`), or @N[:N...]: those pushes
-//                            (counted from 1 per connection). fail: answered Failed, nothing
-//                            written; corrupt: a byte flipped after the frame's check; partial: half
-//                            the blocks written, and the count says so
-//   delay_ack_ms, delay_step_ms   hold every KvAck / every step this long (orderings for tests)
-struct FaultInjection {
-  double fail = 0, corrupt = 0, partial = 0;
-  std::set<int64_t> fail_at, corrupt_at, partial_at;
-  uint64_t seed = 0;
-  int64_t delay_ack_ms = 0, delay_step_ms = 0;
-  bool any() const;
-};
-FaultInjection parse_fault_injection(const std::string& spec);  // InputError naming the bad item
-std::string describe(const FaultInjection& f);
-
-// The decode instance a Hello asks for, as the worker builds it. Only the Hello's name, seed,
-// model and engine are taken (any other key is refused unread); hardware and requests are
-// placeholders (a worker neither prices steps nor makes requests). A model.checkpoint must
-// resolve, symlinks and ".." followed, to `checkpoint_root` or below (a relative one from the
-// root); none: no checkpoint is served. Every path outside gets one message, whether or not it
-// exists, and nothing of it is opened: a client that did not authenticate (loopback without a
-// secret) learns nothing of the worker's files.
-Workload decode_instance_workload(const std::string& hello_yaml, const std::string& from,
-                                  const std::optional<std::filesystem::path>& checkpoint_root);
-
-// `tandem worker`: serves decode instances over TCP (see above). `cuda`: the CUDA backend's
-// factory in a CUDA build (sim/main.cpp), as for make_executor.
-int worker_command(const std::vector<std::string>& args, const std::function<std::unique_ptr<executor_i>(Workload&)>* cuda);
 
 }  // namespace tandem
