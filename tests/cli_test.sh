@@ -224,7 +224,7 @@ expect 2 "--threads: only the CPU backend" -- run "$q" --threads 2
 expect 2 "generate: --seed: '-1' is not an integer" -- generate --model tiny --prompt "1 2" --seed -1
 expect 2 "generate: --seed sets dummy weights" -- generate --checkpoint "$i11/ck" --prompt "1 2" --seed 3
 expect 2 "calibrate: --reps applies to the grid \\(--model\\)" -- calibrate --workload "$src/workloads/cpu_tiny.yaml" --reps 3 --out "$i11/p.yaml"
-expect 2 "calibrate: --accept-noisy applies to the grid \\(--model\\)" -- calibrate --workload "$src/workloads/cpu_tiny.yaml" --accept-noisy --out "$i11/p.yaml"
+expect 2 "calibrate: --quick applies to the grid \\(--model\\)" -- calibrate --workload "$src/workloads/cpu_tiny.yaml" --quick --out "$i11/p.yaml"
 mkdir -p "$i11/nometrics" "$i11/wrongtype"
 echo '{"backend": "sim", "policy": "static"}' >"$i11/nometrics/summary.json"
 expect 2 "nometrics/summary.json: field 'ttft_ms.mean': missing" -- compare "$tmp/a" "$i11/nometrics"
@@ -864,8 +864,9 @@ expect 2 "give a channel profile, a table or bandwidth_gbs/latency_us, not two o
   --set disaggregation.channel.bandwidth_gbs=3
 # calibrate --channel on an idle pair writes a table of measured times by size (two sizes a
 # doubling, each with its spread); a simulated run prices its transfers by it; validate prints it.
+# --accept-noisy: the suites run side by side, so its repetitions may spread (and be refused, exit 3).
 expect 0 "IQR/med" -- calibrate --channel --backend cpu --threads 1 --workload "$g" \
-  --set disaggregation.channel.kind=copy --reps 3 --out "$s4/copy-table.yaml"
+  --set disaggregation.channel.kind=copy --reps 3 --accept-noisy --out "$s4/copy-table.yaml"
 check "the channel profile holds a table, sizes 1, 2, 3, 4, 6 ... blocks" \
   bash -c "grep -q '^table:' '$s4/copy-table.yaml' && [ \$(grep -c '^  - \[' '$s4/copy-table.yaml') -ge 8 ] &&
            grep -q '# 3 blocks' '$s4/copy-table.yaml'"
@@ -1062,6 +1063,78 @@ assert float(p["ttft_ms.p99"]) < float(p["disaggregation.ttft_after_transfer_ms.
 assert d["layout.num_gpus"] == "2" and d["layout"] == "1P1D, 2 GPUs, TTFT@D"
 PY
 fi
+
+# Issue #35, 2: a measuring command records the conditions it ran under (summary.json's
+# `conditions`: the share of its cores' time other work took) and warns above 25 %. Loaded: more
+# busy loops than cores beside a one-thread CPU run (the loops take about 80 % of its core here);
+# quiet: whatever else runs now (other suites), judged against its own record; simulated: nothing.
+i35=$tmp/issue35
+mkdir -p "$i35"
+taken_of() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["conditions"]["cores_taken_share"])' "$1"; }
+warned_of() { python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["warnings"]))' "$1"; }
+m35=(run "$src/workloads/cpu_tiny.yaml" --backend cpu --clock virtual --threads 1 --set requests.count=12)
+expect 0 "" -- "${m35[@]}" --out "$i35/quiet" --trace none --quiet
+busy=()
+for _ in $(seq $((2 * $(nproc) + 1))); do bash -c 'while :; do :; done' & busy+=($!); bg_pids+=($!); done
+expect 0 "tandem: warning: other work took [0-9]+ % of the CPU time of the 1 core this run used \(more than 25 %" -- \
+  "${m35[@]}" --out "$i35/busy" --trace none --quiet
+# The older linear fit and the channel's table, measured beside the same loops: a fit too far off
+# its own steps (median error above 35 %) and a table whose sizes' repetitions spread above 50 %
+# are refused (exit 3) unless --accept-noisy, which marks the file; what they printed says which.
+"$tandem" calibrate --workload "$src/workloads/cpu_tiny.yaml" --threads 1 --out "$i35/fit.yaml" >"$i35/fit.out" 2>&1
+echo "exit $?" >>"$i35/fit.out"
+"$tandem" calibrate --channel --backend cpu --threads 1 --workload "$g" --set disaggregation.channel.kind=tcp \
+  --reps 5 --out "$i35/tcp.yaml" >"$i35/tcp.out" 2>&1
+echo "exit $?" >>"$i35/tcp.out"
+"$tandem" calibrate --channel --backend cpu --threads 1 --workload "$g" --set disaggregation.channel.kind=tcp \
+  --reps 5 --accept-noisy --out "$i35/tcp-noisy.yaml" >"$i35/tcp-noisy.out" 2>&1
+echo "exit $?" >>"$i35/tcp-noisy.out"
+for p in "${busy[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+busy_taken=$(taken_of "$i35/busy/summary.json") quiet_taken=$(taken_of "$i35/quiet/summary.json")
+echo "    issue 35: cores taken from a 1-thread run: $quiet_taken as it is, $busy_taken beside $((2 * $(nproc) + 1)) busy loops"
+check "loaded: summary.json records more than 25 % (+ a margin) of its core taken, and the warning" \
+  awk -v t="$busy_taken" -v n="$(warned_of "$i35/busy/summary.json")" 'BEGIN { exit !(t > 0.40 && n == 1) }'
+check "loaded vs as it is: the loops' share shows (at least 0.1 more of the core taken)" \
+  awk -v b="$busy_taken" -v q="$quiet_taken" 'BEGIN { exit !(b - q >= 0.1) }'
+check "as it is: a warning exactly when more than 25 % was taken (no warning on a quiet machine)" \
+  awk -v t="$quiet_taken" -v n="$(warned_of "$i35/quiet/summary.json")" 'BEGIN { exit !((t > 0.25) == (n == 1)) }'
+check "a measured run's conditions: load average at the start and end, the cores it used, steal" \
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["conditions"]
+sys.exit(not (c["cores_used"] == 1 and c["load_average_start"] is not None and c["load_average_end"] is not None
+             and 0 <= c["steal_share"] <= 1 and c["cores_taken_warn_above"] == 0.25))' "$i35/quiet/summary.json"
+expect 0 "measured under: load average .* other work took" -- "${m35[@]}"
+expect 0 "" -- run "$src/workloads/cpu_tiny.yaml" --out "$i35/sim" --trace none --quiet
+check "a simulated run measures nothing: no conditions, no warnings, no 'measured under' line" \
+  bash -c "! grep -Eq '\"(conditions|warnings)\"' '$i35/sim/summary.json' &&
+           ! '$tandem' run '$src/workloads/cpu_tiny.yaml' 2>&1 | grep -Eq 'measured under|warning'"
+fit_median=$(grep -oE 'median relative error over its [0-9]+ steps is [0-9.]+|relative error median [0-9.]+' "$i35/fit.out" | grep -oE '[0-9.]+$')
+echo "    issue 35: linear fit beside the loops: median error ${fit_median:-?} %, $(tail -1 "$i35/fit.out")"
+check "linear fit: refused (exit 3, no file) exactly when its median error is above 35 %" \
+  bash -c "if awk -v m='${fit_median:-0}' 'BEGIN { exit !(m > 35) }'; then
+             grep -q '^exit 3' '$i35/fit.out' && grep -q 'the linear fit was refused, profile not written' '$i35/fit.out' &&
+               [ ! -s '$i35/fit.yaml' ]
+           else grep -q '^exit 0' '$i35/fit.out' && grep -q '^# measured under: load average' '$i35/fit.yaml'; fi"
+tcp_spread=$(grep -oE 'spread [0-9.]+ % \(IQR / median\) at the median size' "$i35/tcp-noisy.out" | grep -oE '[0-9.]+' | head -1)
+echo "    issue 35: tcp channel table beside the loops: median spread ${tcp_spread:-below 50} %; $(tail -1 "$i35/tcp.out") without --accept-noisy"
+check "channel table: refused exactly when the median size's spread is above 50 %; --accept-noisy writes it marked" \
+  bash -c "if [ -n '$tcp_spread' ]; then
+             grep -q '^exit 3' '$i35/tcp.out' && grep -q 'the table was refused, profile not written' '$i35/tcp.out' &&
+               grep -q '^# ACCEPTED NOISY (--accept-noisy): the sizes' '$i35/tcp-noisy.yaml'
+           else grep -q '^exit 0' '$i35/tcp.out' && ! grep -q 'ACCEPTED NOISY' '$i35/tcp-noisy.yaml'; fi &&
+           grep -q '^exit 0' '$i35/tcp-noisy.out' && grep -q '^# measured under: load average' '$i35/tcp-noisy.yaml'"
+# --from-run: a run whose summary.json warned (as the loaded run's did) teaches the channel that
+# contention: refused unless --accept-noisy, and the run's conditions go into the file.
+expect 0 "" -- run "$q" --set disaggregation.enabled=true --set requests.count=40 --out "$i35/pd" --quiet --trace none
+python3 -c 'import json, sys
+s = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2]))
+s["conditions"], s["warnings"] = b["conditions"], b["warnings"]
+json.dump(s, open(sys.argv[1], "w"))' "$i35/pd/summary.json" "$i35/busy/summary.json"
+expect 3 "--from-run: .*/summary.json warns that the run was measured under contention, profile not written" -- \
+  calibrate --channel --from-run "$i35/pd" --out "$i35/from-run.yaml"
+expect 0 "fit: latency" -- calibrate --channel --from-run "$i35/pd" --accept-noisy --out "$i35/from-run.yaml"
+check "--from-run --accept-noisy: the run's conditions and its warning, marked, in the file" \
+  bash -c "grep -Eq '^# the run was measured under: other work took [0-9.]+ % of its cores' '$i35/from-run.yaml' &&
+           grep -q '^# ACCEPTED NOISY (--accept-noisy), the run warned: other work took' '$i35/from-run.yaml'"
 
 echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
 sort -rn "$times" | head -${CLI_SLOWEST:-10} | cut -c1-160
