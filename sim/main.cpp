@@ -163,6 +163,7 @@ int run_workload(Workload& w, const RunOptions& o) {
     engine.add_observer(&progress);
     s = engine.run();
   }
+  s.clock = clock_name;
   if (probe) {
     s.conditions = probe->finish();
     if (std::string warning = conditions_warning(*s.conditions, "this run"); !warning.empty()) {

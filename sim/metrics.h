@@ -149,6 +149,9 @@ struct Summary {
   // (summary.json's `conditions` and `warnings`; a simulated run measures nothing and has neither).
   std::optional<MeasureConditions> conditions;
   std::vector<std::string> warnings;
+  // `tandem run`'s clock, "wall" or "virtual" (summary.json's `clock`), so that a reader knows
+  // what its times are: a measured run under --clock virtual has measured steps but no waiting.
+  std::string clock;
 };
 
 class MetricsRecorder {

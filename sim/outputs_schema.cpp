@@ -21,6 +21,7 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
   j["workload_path"] = w.path;
   j["policy"] = s.policy;
   j["backend"] = s.backend;
+  if (!s.clock.empty()) j["clock"] = s.clock;
   j["model"] = w.model.name;
   j["hardware"] = w.hardware.name;
   j["seed"] = w.seed;
