@@ -260,8 +260,7 @@ int calibrate_linear(const std::string& backend, const std::vector<std::string>&
   std::string marks;
   if (median > kFitMedianErrorMax) {  // a fit this far off its own steps describes the contention, not the backend
     const std::string why = fmt::format(
-        "the fit's median relative error over its {} steps is {:.1f} % (at most {:.0f} %; quiet, this machine's "
-        "fits are at 8-21 %){}",
+        "the fit's median relative error over its {} steps is {:.1f} % (at most {:.0f} %){}",
         points.size(), 100 * median, 100 * kFitMedianErrorMax,
         warning.empty() ? "" : fmt::format("; other work took {:.0f} % of its cores' time", 100 * cond.taken));
     if (!accept_noisy) {  // exit 3, as the grid's refusal: not bad input (2), not a failure of the run (1)

@@ -55,9 +55,9 @@ void repetition_agreement(const std::vector<std::vector<double>>& sorted_times, 
 // that moved between before and after the grid (the bounds: backend/op_profile.h).
 std::string contention_refusal(const CalibrationConditions& c);
 // The linear fit is refused (exit 3, unless --accept-noisy, which marks the file) when its median
-// relative error over the steps it was fitted to is above this: quiet, this 2-core machine's fits
-// are at 8-21 %; with the machine at load average 6.7, 69.8 % (reports/simulation-fidelity/report.md,
-// "Measured under contention").
+// relative error over the steps it was fitted to is above this: a fit that far off its own steps
+// describes the contention, not the backend (reports/simulation-fidelity/report.md, "Measured
+// under contention").
 constexpr double kFitMedianErrorMax = 0.35;
 constexpr int kMinIdleSamples = 8;  // fewer after-idle samples: idle factor 1, and calibrate says so
 OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& limits, const GridOptions& opt);

@@ -39,10 +39,8 @@ int calibrate_channel_from_run(const std::string& run_dir, const std::string& ou
 
 // The table is judged by its repetitions: when the median over the sizes of their spread (IQR /
 // median) is above kChannelSpreadMax, the machine moved the transfers more than the sizes do, and
-// the table is refused (exit 3) unless accept_noisy, which marks the file. On this 2-core machine
-// beside other engineers' builds, copy and tcp tables spread 6-16 % at the median size; beside
-// five busy loops, tcp 100-250 % (copy's microsecond transfers are seldom preempted: 7-37 %)
-// (reports/simulation-fidelity/report.md, "Measured under contention").
+// the table is refused (exit 3) unless accept_noisy, which marks the file (what it saw:
+// reports/simulation-fidelity/report.md, "Measured under contention").
 constexpr double kChannelSpreadMax = 0.50;
 int calibrate_channel(const std::string& workload, const std::vector<Override>& sets, const std::string& backend,
                       const ExecutorFactory* cuda, int threads, int reps, const std::string& out_path,

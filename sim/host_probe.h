@@ -42,8 +42,8 @@ struct MeasureConditions {
   double wall_s = 0;
 };
 // Measuring commands warn (stderr, summary.json's `warnings`, the tools) when other work took more
-// than this share of their cores' time. Quiet, this 2-core machine shows 0-10 %; with twice as
-// many busy loops as cores, 60-70 % (reports/simulation-fidelity/report.md, "Conditions").
+// than this share of their cores' time: a quarter of their time gone puts their figures off by a
+// third or more (what it saw: reports/simulation-fidelity/report.md, "Measured under contention").
 constexpr double kTakenWarn = 0.25;
 
 // The share of its cores' time that other work took, from the shares of the machine's CPU time

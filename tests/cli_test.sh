@@ -329,11 +329,39 @@ expect 0 "--budget arg" -- calibrate -h
 expect 0 "usage: tandem generate" -- generate --help
 expect 0 "usage: tandem compare RUN_DIR_A RUN_DIR_B" -- compare --help
 expect 0 "--quiet without --out: the run's results are neither printed nor written" -- run "$q" --set requests.count=5 --quiet
+# Issue #35, 6: each command's --help lists only its own options, and one given to the other
+# command is named as such; a sweep file given to validate says what it is.
+check "run --help lists no --prefix-bound; validate --help none of --out, --backend, --trace, --quiet" \
+  bash -c "! '$tandem' run --help | grep -q -- --prefix-bound &&
+           ! '$tandem' validate --help | grep -Eq -- '--(out|backend|trace|quiet|clock|threads)\b' &&
+           '$tandem' validate --help | grep -q -- --prefix-bound"
+expect 0 "P \+ N - 1 rows for a prompt of P ids" -- generate --help
+expect 0 "calibrate --channel --from-run RUN_DIR --out CHANNEL.yaml" -- --help
+expect 2 "validate: --out is an option of run, not of validate" -- validate "$q" --out "$tmp/never"
+expect 2 "run: --prefix-bound is an option of validate, not of run" -- run "$q" --prefix-bound
+expect 2 "stage4_capacity.yaml:1:1: this is a sweep file .* not a workload: run it with tandem sweep" -- \
+  validate "$src/workloads/sweeps/stage4_capacity.yaml"
+# A --set of one of two keys that exclude each other replaces the file's other; both given the
+# same way is still an error naming where.
+expect 0 "^  num_kv_blocks: 4096$" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.num_kv_blocks=4096
+check "--set engine.kv_memory_gb over the file's num_kv_blocks (1024): 1 MB sizes the cache, 15 blocks" \
+  bash -c "'$tandem' validate '$src/workloads/cpu_tiny.yaml' --set engine.kv_memory_gb=0.001 >'$tmp/kvmem.out' &&
+           grep -q '^  num_kv_blocks: 15$' '$tmp/kvmem.out' && grep -q '^# KV cache: engine.kv_memory_gb 1.00 MB' '$tmp/kvmem.out'"
+expect 2 "give num_kv_blocks or kv_memory_gb, not both \(both with --set" -- \
+  validate "$src/workloads/cpu_tiny.yaml" --set engine.kv_memory_gb=1 --set engine.num_kv_blocks=8
+# (stage4_pd.yaml gives bandwidth_gbs and latency_us: the --set table replaces them.)
+expect 0 "^    table: \[\[1000, 0.001\], \[2000000, 0.002\]\]" -- validate "$src/workloads/stage4_pd.yaml" \
+  --set disaggregation.enabled=true --set "disaggregation.channel.table=[[1000, 0.001], [2000000, 0.002]]"
 # 4. compare says when its runs are different workloads, or finished different requests, and
 # then compares the requests both finished.
 expect 0 "" -- run "$src/workloads/stage2_long_prompts.yaml" --set requests.count=200 --set engine.enable_chunked_prefill=false --out "$i25/nochunk" --quiet --trace none
 expect 0 "" -- run "$src/workloads/stage2_long_prompts.yaml" --set requests.count=200 --out "$i25/chunk" --quiet --trace none
-expect 0 "note: A finished [0-9]+ requests \([1-9][0-9]* failed\), B finished 200 \(0 failed\)" -- compare "$i25/nochunk" "$i25/chunk"
+expect 0 "note: A finished [0-9]+ requests \([1-9][0-9]* failed, 0 cancelled\), B finished 200 \(0 failed, 0 cancelled\)" -- compare "$i25/nochunk" "$i25/chunk"
+# Cancelled requests are neither finished nor failed: the note counts them too (#35, 6).
+expect 0 "" -- run "$src/workloads/stage2_long_prompts.yaml" --set requests.count=200 --out "$i25/cancel" --quiet \
+  --trace none --set "requests.cancel={at: [{request: 3, at_s: 0}, {request: 5, at_s: 0}]}"
+expect 0 "note: A finished 200 requests \(0 failed, 0 cancelled\), B finished 198 \(0 failed, 2 cancelled\)" -- \
+  compare "$i25/chunk" "$i25/cancel"
 expect 0 "^over the [0-9]+ requests both finished:" -- compare "$i25/nochunk" "$i25/chunk"
 expect 0 "^common.ttft_ms.p99 " -- compare "$i25/nochunk" "$i25/chunk"
 expect 0 "note: different workloads: A is 'quickstart', B is 'stage2_long_prompts'" -- compare "$tmp/a" "$i25/chunk"
@@ -541,13 +569,28 @@ if command -v python3 >/dev/null; then
   check "garbage to a worker with a secret: the sender ran" python3 "$src/tests/data/fake_peer.py" garbage "$wport"
 fi
 check "the worker outlives a wrong secret, a client without one and garbage" kill -0 "$wpid"
-expect 0 "" -- run "$g" "${cpu1[@]}" "${pd[@]}" "${peer[@]}" --set "disaggregation.channel.secret_file=$s4/secret" \
+# A run at a peer says where it connects (#35, 5), and that its --threads are its own.
+expect 0 "^tandem: connecting to the decode worker at 127.0.0.1:$wport \\(up to [0-9]+ ms\\)" -- \
+  run "$g" "${cpu1[@]}" "${pd[@]}" "${peer[@]}" --set "disaggregation.channel.secret_file=$s4/secret" \
   --out "$s4/auth" --quiet --trace none
 timed "1P1D over tcp, standalone worker with a secret: output tokens as colocated" golden_pd "$s4/auth"
+check "the standalone worker printed one line for the run it served (steps, pushes)" \
+  bash -c "[ \$(grep -cE '^tandem worker: served a run from 127\\.0\\.0\\.1:[0-9]+: model [^ ]+ on cpu, [1-9][0-9]* decode steps, [1-9][0-9]* KV pushes' '$s4/auth.out') = 1 ]"
 check "the worker logged the refused connections (wrong proof, no proof, garbage)" \
   bash -c "grep -q 'proof does not match the shared secret' '$s4/auth.err' && grep -q 'expected Proof' '$s4/auth.err' &&
            { ! command -v python3 >/dev/null || [ \$(grep -c 'authentication failed: corrupt frame' '$s4/auth.err') = 4 ]; }"
 stop "$wpid"
+
+# A mistyped peer port (nothing listens): refused, the run says so within a few seconds, not at
+# timeout_ms (#35, 5).
+closed_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+expect 1 "cannot connect to 127.0.0.1:$closed_port: connection refused 20 times in a row over [0-9]+ ms: nothing listens there" -- \
+  run "$g" "${cpu1[@]}" "${pd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$closed_port" \
+  --set disaggregation.channel.timeout_ms=30000 --quiet
+refused_ms=$("$tandem" run "$g" "${cpu1[@]}" "${pd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$closed_port" \
+  --set disaggregation.channel.timeout_ms=30000 --quiet 2>&1 | grep -oE 'in a row over [0-9]+ ms' | grep -oE '[0-9]+')
+check "a refused peer is given up after ${refused_ms:-?} ms of tries, not timeout_ms 30000" \
+  awk -v t="${refused_ms:-99999}" 'BEGIN { exit !(t < 5000) }'
 
 # 3. The worker killed mid-run: the run ends at once with exit 1 naming the worker, every
 # request ended (those alive: decode_worker_lost), the files written.
