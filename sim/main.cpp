@@ -85,11 +85,15 @@ struct RunOptions {
 
 // The threads a measured run computes on at once: each instance's (the CPU backend's threads,
 // at least one per TP rank; a GPU instance's host thread), summed when the instances overlap
-// (several under the wall clock, a decode worker included), else the largest.
-int32_t measuring_threads(const RunExecutors& run, const std::string& backend, bool wall,
+// (several under the wall clock, a child decode worker included), else the largest. A decode
+// worker at `peer` is not this run's: it computes on its own host's cores (on this host, its CPU
+// time reads as other work's; README, "Measured under contention").
+int32_t measuring_threads(const Workload& w, const RunExecutors& run, const std::string& backend, bool wall,
                           const std::vector<InstanceSpec>& specs) {
+  const bool decode_at_peer = w.disaggregation.enabled && !w.disaggregation.channel.peer.empty();
   int32_t sum = 0, most = 0;
   for (const InstanceSpec& in : specs) {
+    if (decode_at_peer && in.role == InstanceRole::Decode) continue;
     const int32_t t = backend == "cpu" ? std::max(cpu::threads(), int32_t(in.engine.tp)) : 1;
     sum += t;
     most = std::max(most, t);
@@ -157,7 +161,7 @@ int run_workload(Workload& w, const RunOptions& o) {
   // A measured run records the contention it ran under: its figures are only this machine's
   // while other work leaves its cores alone.
   std::optional<ConditionsProbe> probe;
-  if (!run.simulated()) probe.emplace(measuring_threads(run, o.backend, clock_name == "wall", specs));
+  if (!run.simulated()) probe.emplace(measuring_threads(w, run, o.backend, clock_name == "wall", specs));
   {
     ProgressReporter progress(int64_t(engine.requests().size()));
     engine.add_observer(&progress);
