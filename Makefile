@@ -57,6 +57,8 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
 FUZZ_ALL := workload azure vidur mooncake safetensors hf_config profile compare run frame sweep
 $(FUZZ_BUILD)/build.ninja:
+	@command -v clang++-19 >/dev/null || { echo "make fuzz: needs clang 19 (clang++-19, which tests/fuzz/clang.ini names;" \
+	  "Debian 12's default clang++, 14, cannot build tandem): run tools/setup --fuzz first" >&2; exit 2; }
 	meson setup $(FUZZ_BUILD) --native-file tests/fuzz/clang.ini -Dfuzz=true -Dcuda=disabled
 
 fuzz-build: $(FUZZ_BUILD)/build.ninja

@@ -97,6 +97,7 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
                        const std::string& out_path) {
   const double load_before = load_average();
   Workload w = grid_workload(backend, model, workloads);
+  const ConditionsProbe probe(backend == "cpu" ? std::max(cpu::threads(), int(w.engine.tp)) : 1);
   const GridLimits limits{w.engine.resolved_kv_blocks, w.engine.block_size,   w.engine.max_num_batched_tokens,
                           w.engine.max_num_seqs,       w.model.max_model_len, w.model.vocab};
   OperatorProfile p;
@@ -181,6 +182,12 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
   }
   p.conditions.load_after = load_average();
   notes += conditions_note(p.conditions);
+  const MeasureConditions whole = probe.finish();
+  notes += fmt::format("measured under: {}\n", conditions_text(whole));
+  if (const std::string warning = conditions_warning(whole, "the calibration"); !warning.empty()) {
+    fmt::print(stderr, "tandem: warning: {}\n", warning);
+    notes += fmt::format("WARNING: {}\n", warning);
+  }
   fmt::print("{}", notes);
   std::string names;
   for (const std::string& wl : workloads) names.append(names.empty() ? "" : ", ").append(wl);
@@ -204,6 +211,85 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
   fmt::print("profile written to {} ({} raw steps, idle factor {:.3f})\n", out_path, p.raw.size(), p.idle_factor);
   return 0;
 }
+// --workload alone: the older linear fit on every step of the workloads served on the backend.
+int calibrate_linear(const std::string& backend, const std::vector<std::string>& workloads, const ExecutorFactory* fac,
+                     bool accept_noisy, const std::string& out_path) {
+  ModelSpec m;
+  std::vector<CalibrationPoint> points;
+  double memory_gb = 0;
+  // Several workloads, e.g. the same traffic under each policy, cover more step shapes.
+  std::string names;
+  const ConditionsProbe probe(backend == "cpu" ? cpu::threads() : 1);
+  for (const std::string& wl : workloads) {
+    Workload w = load_workload(wl);
+    if (!names.empty() && w.model.name != m.name)
+      throw InputError(fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, w.model.name, m.name));
+    m = w.model;
+    memory_gb = backend == "cpu" ? physical_memory_bytes() / 1e9 : w.hardware.memory_bytes / 1e9;
+    std::unique_ptr<executor_i> exec = executor_for(w, fac);
+    ServedRun run = serve(w, *exec, nullptr);
+    points.insert(points.end(), run.points.begin(), run.points.end());
+    names.append(names.empty() ? "" : ", ").append(wl);
+  }
+  const MeasureConditions cond = probe.finish();
+  const std::string source = fmt::format("every step of real runs of {}", names);
+  FittedCoefficients c = fit_cost_model(points);
+  c.backend = backend;
+  c.model = m.name;
+  c.threads = backend == "cpu" ? cpu::threads() : 0;
+  std::vector<double> err;
+  const bool print_all = points.size() <= 200;
+  if (print_all)
+    fmt::print("{:>8}{:>6}{:>14}{:>6}{:>12}{:>12}{:>9}\n", "tokens", "seqs", "context", "idle", "measured_ms",
+               "fitted_ms", "error");
+  for (const auto& p : points) {
+    const double pred = predict_seconds(c, p.f, p.after_idle);
+    err.push_back(std::fabs(pred - p.seconds) / p.seconds);
+    if (print_all)
+      fmt::print("{:>8.0f}{:>6.0f}{:>14.0f}{:>6}{:>12.3f}{:>12.3f}{:>8.1f}%\n", p.f.tokens, p.f.seqs,
+                 p.f.context_tokens, p.after_idle ? "yes" : "", p.seconds * 1e3, pred * 1e3,
+                 100 * (pred - p.seconds) / p.seconds);
+  }
+  std::vector<double> sorted = err;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2], p90 = sorted[sorted.size() * 9 / 10];
+  const std::string measured = fmt::format("measured under: {}", conditions_text(cond));
+  fmt::print("{}\n", measured);
+  const std::string warning = conditions_warning(cond, "the calibration");
+  if (!warning.empty()) fmt::print(stderr, "tandem: warning: {}\n", warning);
+  std::string marks;
+  if (median > kFitMedianErrorMax) {  // a fit this far off its own steps describes the contention, not the backend
+    const std::string why = fmt::format(
+        "the fit's median relative error over its {} steps is {:.1f} % (at most {:.0f} %){}",
+        points.size(), 100 * median, 100 * kFitMedianErrorMax,
+        warning.empty() ? "" : fmt::format("; other work took {:.0f} % of its cores' time", 100 * cond.taken));
+    if (!accept_noisy) {  // exit 3, as the grid's refusal: not bad input (2), not a failure of the run (1)
+      fmt::print(
+          stderr,
+          "tandem: calibrate: the linear fit was refused, profile not written: {}. Run it again when the machine "
+          "is quieter, or give --accept-noisy to write it anyway (marked so in the file)\n",
+          why);
+      return 3;
+    }
+    fmt::print(stderr, "calibrate: written although its fit is this far off (--accept-noisy): {}\n", why);
+    marks = fmt::format("# ACCEPTED NOISY (--accept-noisy): {}\n", why);
+  }
+  if (!warning.empty()) marks += fmt::format("# WARNING: {}\n", warning);
+  std::ofstream out(out_path);
+  if (!out) throw InputError(fmt::format("calibrate: cannot write {}", out_path));
+  out << config_detail::fitted_profile_file_text(
+      c,
+      fmt::format("{}-{}-fitted{}", backend, m.name, marks.find("ACCEPTED NOISY") != std::string::npos ? "-noisy" : ""),
+      memory_gb,
+      fmt::format("# tandem calibrate --backend {}, model {}: step time fitted to {} measured steps\n"
+                  "# ({}); relative error median {:.1f}%, p90 {:.1f}%.\n# {}\n{}",
+                  backend, m.name, points.size(), source, 100 * median, 100 * p90, measured, marks));
+  if (!out.flush()) throw InputError(fmt::format("calibrate: cannot write {}", out_path));
+  fmt::print("idle factor (steps after the backend sat idle / back-to-back fit): {:.3f}\n", c.idle_factor);
+  fmt::print("fit: relative error median {:.1f}%, p90 {:.1f}%, max {:.1f}% over {} steps; profile written to {}\n",
+             100 * median, 100 * p90, 100 * sorted.back(), points.size(), out_path);
+  return 0;
+}
 }  // namespace
 
 int calibrate_command(const std::vector<std::string>& args, const std::map<std::string, ExecutorFactory>& backends) {
@@ -219,7 +305,9 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
       "budget", po::value<double>()->default_value(110), "grid: seconds it may take (fewer repetitions if needed)")(
       "quick", po::bool_switch(), "grid: a smaller grid")(
       "accept-noisy", po::bool_switch(),
-      "grid: write the profile even when its repetitions disagree or the reference step moved (contention)")(
+      "write the profile even when it was measured under contention (grid: the cores were taken, repetitions "
+      "disagree or the reference step moved; linear fit: its median error is too large; channel: the sizes' "
+      "repetitions spread too far, or --from-run's run warned), marked so in the file")(
       "channel", po::bool_switch(),
       "the workload's prefill/decode KV channel: its time per transfer size (--workload W.yaml)")(
       "from-run", po::value<std::string>(), "with --channel: fit on a served run's transfers (its --out folder)")(
@@ -251,7 +339,8 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
   if (vm["channel"].as<bool>() && vm.count("from-run")) {
     if (grid || vm.count("workload") || !vm.count("out"))
       throw InputError("calibrate --channel --from-run RUN_DIR: give --out CHANNEL.yaml (and no --workload or --model)");
-    return calibrate_channel_from_run(vm["from-run"].as<std::string>(), vm["out"].as<std::string>());
+    return calibrate_channel_from_run(vm["from-run"].as<std::string>(), vm["out"].as<std::string>(),
+                                      vm["accept-noisy"].as<bool>());
   }
   if (vm.count("from-run")) throw InputError("calibrate: --from-run goes with --channel");
   if (vm.count("set") && (!vm["channel"].as<bool>() || vm.count("from-run")))
@@ -266,12 +355,12 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
         vm["workload"].as<std::vector<std::string>>()[0],
         vm.count("set") ? parse_sets(vm["set"].as<std::vector<std::string>>()) : std::vector<Override>{}, backend,
         backend == "cpu" ? nullptr : &factory->second, vm["threads"].as<int>(), vm["reps"].as<int>(),
-        vm["out"].as<std::string>());
+        vm["out"].as<std::string>(), vm["accept-noisy"].as<bool>());
   }
   if (!grid && !vm.count("workload"))
     throw InputError("calibrate: give --model PRESET (per-operator profile) or --workload W.yaml (linear fit)");
   if (!vm.count("out")) throw InputError("calibrate: --out PROFILE.yaml is required");
-  for (const char* k : {"reps", "quick", "budget", "accept-noisy"})  // grid options: unused by the linear fit
+  for (const char* k : {"reps", "quick", "budget"})  // grid options: unused by the linear fit
     if (!grid && !vm[k].defaulted())
       throw InputError(
           fmt::format("calibrate: --{} applies to the grid (--model), not to the linear fit (--workload alone)", k));
@@ -298,56 +387,7 @@ int calibrate_command(const std::vector<std::string>& args, const std::map<std::
     return calibrate_profiled(backend, vm["model"].as<std::string>(), workloads, fac, o,
                               vm["accept-noisy"].as<bool>(), out_path);
   }
-  ModelSpec m;
-  std::vector<CalibrationPoint> points;
-  double memory_gb = 0;
-  // Several workloads, e.g. the same traffic under each policy, cover more step shapes.
-  std::string names;
-  for (const std::string& wl : workloads) {
-    Workload w = load_workload(wl);
-    if (!names.empty() && w.model.name != m.name)
-      throw InputError(fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, w.model.name, m.name));
-    m = w.model;
-    memory_gb = backend == "cpu" ? physical_memory_bytes() / 1e9 : w.hardware.memory_bytes / 1e9;
-    std::unique_ptr<executor_i> exec = executor_for(w, fac);
-    ServedRun run = serve(w, *exec, nullptr);
-    points.insert(points.end(), run.points.begin(), run.points.end());
-    names.append(names.empty() ? "" : ", ").append(wl);
-  }
-  const std::string source = fmt::format("every step of real runs of {}", names);
-  FittedCoefficients c = fit_cost_model(points);
-  c.backend = backend;
-  c.model = m.name;
-  c.threads = backend == "cpu" ? cpu::threads() : 0;
-  std::vector<double> err;
-  const bool print_all = points.size() <= 200;
-  if (print_all)
-    fmt::print("{:>8}{:>6}{:>14}{:>6}{:>12}{:>12}{:>9}\n", "tokens", "seqs", "context", "idle", "measured_ms",
-               "fitted_ms", "error");
-  for (const auto& p : points) {
-    const double pred = predict_seconds(c, p.f, p.after_idle);
-    err.push_back(std::fabs(pred - p.seconds) / p.seconds);
-    if (print_all)
-      fmt::print("{:>8.0f}{:>6.0f}{:>14.0f}{:>6}{:>12.3f}{:>12.3f}{:>8.1f}%\n", p.f.tokens, p.f.seqs,
-                 p.f.context_tokens, p.after_idle ? "yes" : "", p.seconds * 1e3, pred * 1e3,
-                 100 * (pred - p.seconds) / p.seconds);
-  }
-  std::vector<double> sorted = err;
-  std::sort(sorted.begin(), sorted.end());
-  std::ofstream out(out_path);
-  if (!out) throw InputError(fmt::format("calibrate: cannot write {}", out_path));
-  out << config_detail::fitted_profile_file_text(
-      c, fmt::format("{}-{}-fitted", backend, m.name), memory_gb,
-      fmt::format("# tandem calibrate --backend {}, model {}: step time fitted to {} measured steps\n"
-                  "# ({}); relative error median {:.1f}%, p90 {:.1f}%.\n",
-                  backend, m.name, points.size(), source, 100 * sorted[sorted.size() / 2],
-                  100 * sorted[sorted.size() * 9 / 10]));
-  if (!out.flush()) throw InputError(fmt::format("calibrate: cannot write {}", out_path));
-  fmt::print("idle factor (steps after the backend sat idle / back-to-back fit): {:.3f}\n", c.idle_factor);
-  fmt::print("fit: relative error median {:.1f}%, p90 {:.1f}%, max {:.1f}% over {} steps; profile written to {}\n",
-             100 * sorted[sorted.size() / 2], 100 * sorted[sorted.size() * 9 / 10], 100 * sorted.back(), points.size(),
-             out_path);
-  return 0;
+  return calibrate_linear(backend, workloads, fac, vm["accept-noisy"].as<bool>(), out_path);
 }
 
 }  // namespace tandem

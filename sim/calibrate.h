@@ -54,6 +54,11 @@ void repetition_agreement(const std::vector<std::vector<double>>& sorted_times, 
 // waited for its CPU cores, repetitions that disagree at the median shape, or a reference step
 // that moved between before and after the grid (the bounds: backend/op_profile.h).
 std::string contention_refusal(const CalibrationConditions& c);
+// The linear fit is refused (exit 3, unless --accept-noisy, which marks the file) when its median
+// relative error over the steps it was fitted to is above this: a fit that far off its own steps
+// describes the contention, not the backend (reports/simulation-fidelity/report.md, "Measured
+// under contention").
+constexpr double kFitMedianErrorMax = 0.35;
 constexpr int kMinIdleSamples = 8;  // fewer after-idle samples: idle factor 1, and calibrate says so
 OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& limits, const GridOptions& opt);
 // Median ratio, clamped to [0.5, 10]; 1 with fewer than kMinIdleSamples ratios.

@@ -7,9 +7,13 @@
 #include <fstream>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/kernels.h"
 #include "backend/transfer/channel_kind.h"
 #include "core/error.h"
 #include "sim/csv.h"
+#include "sim/host_probe.h"
 #include "sim/inbox.h"
 #include "sim/workload_gen.h"
 
@@ -38,9 +42,11 @@ Duration one_transfer(kv_channel_i& ch, Inbox& inbox, const KvTransfer& t) {
   }
 }
 
+// `notes`: lines (each ending in a newline) for the file's header: the conditions it was measured
+// under, and what marks it.
 int write_channel_profile(const std::vector<std::pair<double, double>>& points, const std::string& kind,
                           const std::string& source, const std::string& out_path,
-                          const std::vector<SizePoint>& table = {}) {
+                          const std::vector<SizePoint>& table = {}, const std::string& notes = "") {
   // Least squares in relative terms (each point weighted by 1 / time^2), so that the small
   // transfers count as much as the large ones: seconds = a + bytes / bandwidth.
   double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -69,9 +75,10 @@ int write_channel_profile(const std::vector<std::pair<double, double>>& points, 
       "# KV channel profile: {}\n"
       "# {} sizes from {} to {} bytes; line fit error up to {:.1f}%\n"
       "# use: disaggregation.channel.profile: {}\n"
+      "{}"
       "kind: {}\n",
       source, points.size(), int64_t(points.front().first), int64_t(points.back().first), 100 * fit.max_rel_error,
-      out_path, kind);
+      out_path, notes, kind);
   if (table.empty()) {
     out << fmt::format("bandwidth_gbs: {:.6g}\nlatency_us: {:.6g}\n", fit.bandwidth_bytes_per_s / 1e9,
                        fit.latency_s * 1e6);
@@ -118,7 +125,8 @@ std::vector<double> non_decreasing(const std::vector<SizePoint>& table) {
 }
 
 int calibrate_channel(const std::string& workload, const std::vector<Override>& sets, const std::string& backend,
-                      const ExecutorFactory* cuda, int threads, int reps, const std::string& out_path) {
+                      const ExecutorFactory* cuda, int threads, int reps, const std::string& out_path,
+                      bool accept_noisy) {
   std::vector<Override> overrides = sets;
   overrides.push_back({"disaggregation.enabled", "true"});
   Workload w = load_workload(workload, overrides);
@@ -160,6 +168,9 @@ int calibrate_channel(const std::string& workload, const std::vector<Override>& 
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   fmt::print("calibrate --channel: {} over {}, block {} tokens, {} sizes of 1..{} blocks, {} repetitions each\n", kind,
              backend, bs, sizes.size(), most, reps);
+  // The pair's threads: both instances' compute threads (a tcp worker is a child, counted as this
+  // process's own), at least the loop's.
+  const ConditionsProbe probe(backend == "cpu" ? 2 * std::max(1, cpu::threads()) : 2);
   fmt::print("{:>8} {:>14} {:>12} {:>10} {:>10}\n", "blocks", "bytes", "median ms", "GB/s", "IQR/med");
   for (const int32_t n : sizes) {
     const std::span<const int32_t> b(blocks.data(), size_t(n));
@@ -180,14 +191,42 @@ int calibrate_channel(const std::string& workload, const std::vector<Override>& 
                100 * spread);
   }
   if (run.remote) run.remote->detach();
+  const MeasureConditions cond = probe.finish();
+  std::string notes = fmt::format("# measured under: {}\n", conditions_text(cond));
+  fmt::print("measured under: {}\n", conditions_text(cond));
+  if (const std::string warning = conditions_warning(cond, "the calibration"); !warning.empty()) {
+    fmt::print(stderr, "tandem: warning: {}\n", warning);
+    notes += fmt::format("# WARNING: {}\n", warning);
+  }
+  // The table is only as good as its repetitions agree: judged at the median size's spread.
+  std::vector<double> spreads;
+  for (const SizePoint& p : table) spreads.push_back(p.spread);
+  std::sort(spreads.begin(), spreads.end());
+  const double median_spread = spreads.empty() ? 0 : spreads[spreads.size() / 2];
+  if (median_spread > kChannelSpreadMax) {
+    const std::string why = fmt::format(
+        "the sizes' repetitions spread {:.1f} % (IQR / median) at the median size (at most {:.0f} %; "
+        "worst {:.1f} %)",
+        100 * median_spread, 100 * kChannelSpreadMax, 100 * spreads.back());
+    if (!accept_noisy) {
+      fmt::print(stderr,
+                 "tandem: calibrate --channel: the table was refused, profile not written: {}. Measure again when the "
+                 "machine is quieter, with more --reps, or give --accept-noisy to write it anyway (marked so in the "
+                 "file)\n",
+                 why);
+      return 3;
+    }
+    fmt::print(stderr, "calibrate --channel: written although noisy (--accept-noisy): {}\n", why);
+    notes += fmt::format("# ACCEPTED NOISY (--accept-noisy): {}\n", why);
+  }
   return write_channel_profile(points, kind,
                                fmt::format("tandem calibrate --channel --backend {} --workload {}; measured on an idle "
                                            "pair of instances, transfers of 1 to {} blocks",
                                            backend, workload, most),
-                               out_path, table);
+                               out_path, table, notes);
 }
 
-int calibrate_channel_from_run(const std::string& run_dir, const std::string& out_path) {
+int calibrate_channel_from_run(const std::string& run_dir, const std::string& out_path, bool accept_noisy) {
   // The transfers of a measured run (requests.csv): those that found the link idle (started
   // after the one before had ended), so that the fit learns a transfer's own time under the
   // run's load, and the simulator adds the queueing itself.
@@ -220,11 +259,43 @@ int calibrate_channel_from_run(const std::string& run_dir, const std::string& ou
   std::string kind = "measured";
   for (std::string line; std::getline(in, line);)
     if (const size_t k = line.find("kind: "); k != std::string::npos) kind = line.substr(k + 6);
-  return write_channel_profile(points, kind,
-                               fmt::format("tandem calibrate --channel --from-run {}; {} transfers of a served run that "
-                                           "found the link idle",
-                                           run_dir, points.size()),
-                               out_path);
+  // The run's own record of its conditions (a measured run's summary.json): a run that other work
+  // slowed teaches the channel that contention.
+  std::string notes;
+  std::vector<std::string> warnings;
+  {
+    std::ifstream sj(run_dir + "/summary.json");
+    const nlohmann::json j = nlohmann::json::parse(sj, nullptr, false);
+    if (j.is_object() && j.contains("conditions") && j["conditions"].is_object()) {
+      const nlohmann::json& c = j["conditions"];
+      const auto share = [&](const char* k) {
+        return c.contains(k) && c[k].is_number() ? fmt::format("{:.1f} %", 100 * c[k].get<double>()) : std::string("?");
+      };
+      notes += fmt::format("# the run was measured under: other work took {} of its cores' time (steal {})\n",
+                           share("cores_taken_share"), share("steal_share"));
+      if (j.contains("warnings") && j["warnings"].is_array())
+        for (const auto& w : j["warnings"])
+          if (w.is_string()) warnings.push_back(w.get<std::string>());
+    }
+  }
+  if (!warnings.empty()) {
+    if (!accept_noisy) {
+      fmt::print(stderr,
+                 "tandem: calibrate --channel --from-run: {}/summary.json warns that the run was measured under "
+                 "contention, profile not written: {}. Give --accept-noisy to write it anyway (marked so in the "
+                 "file)\n",
+                 run_dir, warnings.front());
+      return 3;
+    }
+    for (const std::string& w : warnings)
+      notes += fmt::format("# ACCEPTED NOISY (--accept-noisy), the run warned: {}\n", w);
+  }
+  return write_channel_profile(
+      points, kind,
+      fmt::format("tandem calibrate --channel --from-run {}; {} transfers of a served run that "
+                  "found the link idle",
+                  run_dir, points.size()),
+      out_path, {}, notes);
 }
 
 }  // namespace tandem

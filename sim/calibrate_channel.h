@@ -33,9 +33,17 @@ struct ChannelFit {
 // From a served run's transfers (requests.csv of a run with disaggregation): the ones that
 // found the link idle, fitted the same way. Learns the channel under the run's own load (CPU
 // contention, the other process's steps), as `calibrate --workload` learns step costs.
-int calibrate_channel_from_run(const std::string& run_dir, const std::string& out_path);
+// A run whose summary.json warned that other work took its cores is refused (exit 3) unless
+// accept_noisy, which marks the file; its conditions go into the file either way.
+int calibrate_channel_from_run(const std::string& run_dir, const std::string& out_path, bool accept_noisy = false);
 
+// The table is judged by its repetitions: when the median over the sizes of their spread (IQR /
+// median) is above kChannelSpreadMax, the machine moved the transfers more than the sizes do, and
+// the table is refused (exit 3) unless accept_noisy, which marks the file (what it saw:
+// reports/simulation-fidelity/report.md, "Measured under contention").
+constexpr double kChannelSpreadMax = 0.50;
 int calibrate_channel(const std::string& workload, const std::vector<Override>& sets, const std::string& backend,
-                      const ExecutorFactory* cuda, int threads, int reps, const std::string& out_path);
+                      const ExecutorFactory* cuda, int threads, int reps, const std::string& out_path,
+                      bool accept_noisy = false);
 
 }  // namespace tandem

@@ -121,14 +121,20 @@ void print_comparability_notes(const nlohmann::json& a, const nlohmann::json& b,
   else if (num(a, "requests.total") != num(b, "requests.total"))
     fmt::print(os, "note: different request tables: A has {} requests, B has {}\n", num(a, "requests.total"),
                num(b, "requests.total"));
+  // Cancelled requests are neither finished nor failed: the note names all three (a summary.json
+  // from before cancels has no count, read as 0).
+  const auto cancelled = [&](const nlohmann::json& j) {
+    const double c = num(j, "requests.cancelled");
+    return std::isnan(c) ? 0.0 : c;
+  };
   if (num(a, "requests.finished") == num(b, "requests.finished") &&
-      num(a, "requests.failed") == num(b, "requests.failed"))
+      num(a, "requests.failed") == num(b, "requests.failed") && cancelled(a) == cancelled(b))
     return;
   fmt::print(os,
-             "note: A finished {} requests ({} failed), B finished {} ({} failed): the latency figures below are "
-             "over different request sets\n",
-             num(a, "requests.finished"), num(a, "requests.failed"), num(b, "requests.finished"),
-             num(b, "requests.failed"));
+             "note: A finished {} requests ({} failed, {} cancelled), B finished {} ({} failed, {} cancelled): the "
+             "latency figures below are over different request sets\n",
+             num(a, "requests.finished"), num(a, "requests.failed"), cancelled(a), num(b, "requests.finished"),
+             num(b, "requests.failed"), cancelled(b));
   const auto ra = finished_requests(dir_a), rb = finished_requests(dir_b);
   std::vector<double> ta, tb, pa, pb, ea, eb;
   for (const auto& [id, x] : ra)

@@ -313,6 +313,13 @@ Workload parse_workload(const std::string& text, const std::string& path, const 
   int64_t text_bytes = int64_t(text.size()) + 16;
   for (const auto& o : overrides) text_bytes += int64_t(o.key.size() + o.value.size()) + 16;
   top.refuse_tags(2 * text_bytes);
+  // A sweep file (a base workload, a grid, rates or a capacity search) is not a workload: say so
+  // rather than call its first key unknown.
+  if (top.has("workload") && (top.has("rates") || top.has("capacity") || top.has("grid") || top.has("configs")))
+    throw InputError(fmt::format(
+        "{}:1:1: this is a sweep file (workload, configs, grid, rates or capacity), not a workload: run it with "
+        "tandem sweep {}, or check it with tandem sweep plan {} --out DIR",
+        path, path, path));
   top.expect_map({"name", "seed", "model", "hardware", "engine", "requests", "slo", "disaggregation"});
   Workload w;
   w.path = path;

@@ -131,7 +131,8 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
   d.prefill = parse_overrides(f["prefill"], engine, model, hardware, "prefill");
   d.decode = parse_overrides(f["decode"], engine, model, hardware, "decode");
   if (f.has("channel")) {
-    const Field c = f["channel"];
+    // Three ways to price a transfer: one given with --set replaces the file's others.
+    const Field c = f["channel"].prefer_overrides({{"profile"}, {"table"}, {"bandwidth_gbs", "latency_us"}});
     c.expect_map(
         {"kind", "bandwidth_gbs", "latency_us", "table", "layerwise", "timeout_ms", "peer", "secret_file", "profile"});
     ChannelSpec& ch = d.channel;
@@ -153,10 +154,14 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
     ch.bandwidth_gbs = c.get_double("bandwidth_gbs", ch.bandwidth_gbs, 1e-6, 1e6);
     ch.latency_us = c.get_double("latency_us", ch.latency_us, 0, 1e9);
     if (c.has("profile") && (c.has("bandwidth_gbs") || c.has("latency_us") || c.has("table")))
-      c["profile"].fail("give a channel profile, a table or bandwidth_gbs/latency_us, not two of them");
+      c["profile"].fail(
+          "give a channel profile, a table or bandwidth_gbs/latency_us, not two of them (one given with --set "
+          "replaces the file's others)");
     if (c.has("table")) {
       if (c.has("bandwidth_gbs") || c.has("latency_us"))
-        c["table"].fail("give a table or bandwidth_gbs/latency_us, not both (the table's times include the latency)");
+        c["table"].fail(
+            "give a table or bandwidth_gbs/latency_us, not both (the table's times include the latency; one given "
+            "with --set replaces the file's other)");
       ch.table = parse_channel_table(c["table"]);
     }
     if (c.has("layerwise")) ch.layerwise = c["layerwise"].as_bool();

@@ -34,8 +34,10 @@ EngineSpec parse_engine(const Field& f) {
     f[f.has("max_num_batched_tokens") ? "max_num_batched_tokens" : "block_size"].fail(fmt::format(
         "with chunked prefill the token budget ({}) is the chunk size and must be at least one block ({} tokens)",
         e.max_num_batched_tokens, e.block_size));
-  e.num_kv_blocks = f.get_int("num_kv_blocks", 0, 1, kI32Max);
-  e.kv_memory_gb = f.get_double("kv_memory_gb", 0, 1e-9, 1e9);
+  // Two ways to size the cache: one given with --set replaces the file's other.
+  const Field kv = f.prefer_overrides({{"num_kv_blocks"}, {"kv_memory_gb"}});
+  e.num_kv_blocks = kv.get_int("num_kv_blocks", 0, 1, kI32Max);
+  e.kv_memory_gb = kv.get_double("kv_memory_gb", 0, 1e-9, 1e9);
   e.gpu_memory_utilization = f.get_double("gpu_memory_utilization", e.gpu_memory_utilization, 0.01, 1.0);
   e.state_slots = int32_t(f.get_int("state_slots", -1, 0, kI32Max));
   // Plain prefix caching shares KV blocks only: a model with per-sequence (recurrent) state has
@@ -66,8 +68,10 @@ EngineSpec parse_engine(const Field& f) {
         fmt::format("unknown RMSNorm/RoPE kernel version '{}' (known: v1, v2)", e.cuda_row_kernels));
   e.tp = int32_t(f.get_int("tp", 1, 1, 1024));
   e.data_parallel = int32_t(f.get_int("data_parallel", 1, 1, 64));
-  if (f.has("num_kv_blocks") && f.has("kv_memory_gb"))
-    f["kv_memory_gb"].fail("give num_kv_blocks or kv_memory_gb, not both");
+  if (kv.has("num_kv_blocks") && kv.has("kv_memory_gb"))
+    kv["kv_memory_gb"].fail(fmt::format(
+        "give num_kv_blocks or kv_memory_gb, not both (both {}; one given with --set replaces the file's other)",
+        kv["kv_memory_gb"].from_override() ? "with --set" : "in the file"));
   return e;
 }
 

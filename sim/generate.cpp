@@ -23,14 +23,17 @@ int generate_command(const std::vector<std::string>& args) {
       "prompt", po::value<std::string>(), "space-separated token ids")(
       "max-tokens", po::value<int>()->default_value(32), "tokens to generate")(
       "logits-out", po::value<std::string>(),
-      "write the logits of every prompt position and generated token "
-      "(float32, row-major [positions][vocab])")("threads", po::value<int>()->default_value(0),
+      "write raw logits, no header: float32 in the host's byte order, vocab floats a row, one row for every "
+      "position followed by a token (row i scores token i + 1): P + N - 1 rows for a prompt of P ids and "
+      "--max-tokens N")("threads", po::value<int>()->default_value(0),
                                                  "threads (0: all cores)")("help,h", po::bool_switch(), "this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
   po::notify(vm);
   if (vm["help"].as<bool>()) {
-    std::cout << "usage: tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [options]\n" << opts;
+    std::cout << "usage: tandem generate (--checkpoint DIR | --model PRESET [--seed N]) --prompt \"IDS\" [--max-tokens N] "
+                 "[--logits-out FILE] [--threads N]\n"
+              << opts;
     return 0;
   }
   if (vm.count("checkpoint") == vm.count("model"))

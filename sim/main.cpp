@@ -24,6 +24,7 @@
 #include "sim/engine.h"
 #include "sim/executors.h"
 #include "sim/generate.h"
+#include "sim/host_probe.h"
 #include "sim/outputs.h"
 #include "sim/prefix_bound.h"
 #include "sim/sweep.h"
@@ -41,18 +42,19 @@ constexpr const char* kUsage =
     "  tandem validate WORKLOAD.yaml [--set KEY=VALUE ...] [--prefix-bound]\n"
     "  tandem compare RUN_DIR_A RUN_DIR_B\n"
     "  tandem calibrate --backend cpu|cuda --model PRESET [--workload W.yaml ...] --out PROFILE.yaml\n"
-    "                   [--reps N] [--budget S] [--quick] [--threads N]   # per-operator profile (grid, then "
-    "residuals)\n"
-    "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml  # linear "
-    "fit\n"
-    "  tandem calibrate --channel --backend cpu|cuda --workload W.yaml [--set KEY=VALUE ...] --out CHANNEL.yaml  # KV "
-    "channel\n"
-    "  tandem calibrate --channel --from-run RUN_DIR --out CHANNEL.yaml\n"
-    "  tandem generate (--checkpoint DIR | --model PRESET) --prompt \"IDS\" [--max-tokens N] [--logits-out FILE]\n"
-    "  tandem sweep SWEEP.yaml [--out DIR] [-j N]   # a grid of knobs, at rates or searched for capacity\n"
-    "  tandem worker --listen HOST:PORT [--backend cpu|cuda] [--threads N] [--secret-file F]   # 1P1D decode over "
-    "tcp\n"
-    "                [--idle-timeout-ms MS] [--checkpoint-root DIR] [--once]\n";
+    "                   [--reps N] [--budget S] [--quick] [--threads N] [--accept-noisy]   # per-operator profile\n"
+    "  tandem calibrate --backend cpu|cuda --workload W.yaml [--workload W2.yaml ...] --out PROFILE.yaml\n"
+    "                   [--threads N] [--accept-noisy]                    # the older linear fit\n"
+    "  tandem calibrate --channel --backend cpu|cuda --workload W.yaml [--set KEY=VALUE ...] --out CHANNEL.yaml\n"
+    "                   [--reps N] [--threads N] [--accept-noisy]         # the KV channel, by transfer size\n"
+    "  tandem calibrate --channel --from-run RUN_DIR --out CHANNEL.yaml [--accept-noisy]\n"
+    "  tandem generate (--checkpoint DIR | --model PRESET [--seed N]) --prompt \"IDS\" [--max-tokens N]\n"
+    "                  [--logits-out FILE] [--threads N]\n"
+    "  tandem worker --listen HOST:PORT [--backend cpu|cuda] [--threads N] [--secret-file F] [--once]   # 1P1D "
+    "decode over tcp\n"
+    "                [--idle-timeout-ms MS] [--checkpoint-root DIR]\n"
+    "  tandem sweep SWEEP.yaml [--out DIR] [-j N] [--keep-runs] [--force] [--quiet]   # a grid of knobs\n"
+    "  tandem sweep plan SWEEP.yaml --out DIR | sweep run DIR --index I [--count K] [--stdout] | sweep collect DIR\n";
 
 // `tandem validate`: the resolved workload (itself a valid workload), and the bound.
 int validate_workload(const Workload& w, bool with_prefix_bound) {
@@ -81,6 +83,24 @@ struct RunOptions {
   TraceDetail trace = TraceDetail::Full;
   bool quiet = false;
 };
+
+// The threads a measured run computes on at once: each instance's (the CPU backend's threads,
+// at least one per TP rank; a GPU instance's host thread), summed when the instances overlap
+// (several under the wall clock, a child decode worker included), else the largest. A decode
+// worker at `peer` is not this run's: it computes on its own host's cores (on this host, its CPU
+// time reads as other work's; README, "Measured under contention").
+int32_t measuring_threads(const Workload& w, const RunExecutors& run, const std::string& backend, bool wall,
+                          const std::vector<InstanceSpec>& specs) {
+  const bool decode_at_peer = w.disaggregation.enabled && !w.disaggregation.channel.peer.empty();
+  int32_t sum = 0, most = 0;
+  for (const InstanceSpec& in : specs) {
+    if (decode_at_peer && in.role == InstanceRole::Decode) continue;
+    const int32_t t = backend == "cpu" ? std::max(cpu::threads(), int32_t(in.engine.tp)) : 1;
+    sum += t;
+    most = std::max(most, t);
+  }
+  return wall && run.executors.size() > 1 ? sum : most;
+}
 
 // `tandem run`: the executor, the clock and the engine with its observers, wired for one run.
 int run_workload(Workload& w, const RunOptions& o) {
@@ -141,10 +161,22 @@ int run_workload(Workload& w, const RunOptions& o) {
     engine.add_observer(outputs.get());
   }
   Summary s;
+  // A measured run records the contention it ran under: its figures are only this machine's
+  // while other work leaves its cores alone.
+  std::optional<ConditionsProbe> probe;
+  if (!run.simulated()) probe.emplace(measuring_threads(w, run, o.backend, clock_name == "wall", specs));
   {
     ProgressReporter progress(int64_t(engine.requests().size()));
     engine.add_observer(&progress);
     s = engine.run();
+  }
+  s.clock = clock_name;
+  if (probe) {
+    s.conditions = probe->finish();
+    if (std::string warning = conditions_warning(*s.conditions, "this run"); !warning.empty()) {
+      std::cerr << "tandem: warning: " << warning << "\n";
+      s.warnings.push_back(std::move(warning));
+    }
   }
   if (run.remote) run.remote->detach();
   if (outputs) outputs->finish(engine, s, w);
@@ -159,32 +191,40 @@ int run_workload(Workload& w, const RunOptions& o) {
 
 // `tandem run` and `tandem validate`: the command line, checked, then one of the two above.
 int cmd_run(const std::vector<std::string>& args, bool validate_only) {
-  po::options_description opts("options");
-  opts.add_options()("workload", po::value<std::string>(), "workload YAML")(
-      "backend", po::value<std::string>()->default_value("sim"),
-      "sim (cost model), cpu (reference model) or cuda (GPU)")(
+  // Run's and validate's options are parsed together, so that one given to the other command is
+  // named as such (below); each command's --help lists only its own.
+  po::options_description common, run_only, validate_opts, hidden;
+  hidden.add_options()("workload", po::value<std::string>(), "workload YAML");
+  common.add_options()("set", po::value<std::vector<std::string>>()->composing(),
+                       "override a workload key: --set engine.max_num_seqs=8")("help,h", po::bool_switch(),
+                                                                               "this help");
+  run_only.add_options()("backend", po::value<std::string>()->default_value("sim"),
+                         "sim (cost model), cpu (reference model) or cuda (GPU)")(
       "clock", po::value<std::string>(),
       "wall (real time; default for real backends) or virtual (jump between events)")(
       "threads", po::value<int>()->default_value(0), "CPU backend threads (0: all cores)")(
-      "set", po::value<std::vector<std::string>>()->composing(),
-      "override a workload key: --set engine.max_num_seqs=8")(
       "out", po::value<std::string>(),
       "write summary.json, requests.csv, steps.csv, trace.json, vllm_result.json here")(
       "trace", po::value<std::string>()->default_value("full"), "trace.json detail: full, steps, requests or none")(
-      "quiet", po::bool_switch(), "no summary table on stdout")(
-      "prefix-bound", po::bool_switch(), "validate: also the ideal prefix-cache hit rate (unbounded cache)")(
-      "help,h", po::bool_switch(), "this help");
+      "quiet", po::bool_switch(), "no summary table on stdout");
+  validate_opts.add_options()("prefix-bound", po::bool_switch(),
+                              "also the ideal prefix-cache hit rate (unbounded cache)");
+  po::options_description opts;
+  opts.add(hidden).add(common).add(run_only).add(validate_opts);
   po::positional_options_description pos;
   pos.add("workload", 1);
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
   po::notify(vm);
   if (vm["help"].as<bool>()) {
+    po::options_description shown("options");  // one list: the command's own options, then the shared ones
+    for (const po::options_description* d : {validate_only ? &validate_opts : &run_only, &common})
+      for (const auto& o : d->options()) shown.add(o);
     std::cout << (validate_only ? "usage: tandem validate WORKLOAD.yaml [--set KEY=VALUE ...] [--prefix-bound]\n"
                                 : "usage: tandem run WORKLOAD.yaml [--backend sim|cpu|cuda] [--clock wall|virtual] "
                                   "[--threads N]\n                  [--set KEY=VALUE ...] [--out DIR [--trace "
                                   "full|steps|requests|none]] [--quiet]\n")
-              << opts;
+              << shown;
     return 0;
   }
   if (!vm.count("workload")) throw InputError(std::string("missing WORKLOAD.yaml\n") + kUsage);

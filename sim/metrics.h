@@ -5,12 +5,14 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/request.h"
 #include "sim/config.h"
+#include "sim/host_probe.h"
 
 namespace tandem {
 
@@ -143,6 +145,13 @@ struct Summary {
   // Set when the run ended early at run time (a decode worker lost): every request still in
   // flight failed with a reason; the outputs are written, and `tandem run` exits 1 with this.
   std::string run_error;
+  // A run on a real backend: the conditions it measured under, and what they put in doubt
+  // (summary.json's `conditions` and `warnings`; a simulated run measures nothing and has neither).
+  std::optional<MeasureConditions> conditions;
+  std::vector<std::string> warnings;
+  // `tandem run`'s clock, "wall" or "virtual" (summary.json's `clock`), so that a reader knows
+  // what its times are: a measured run under --clock virtual has measured steps but no waiting.
+  std::string clock;
 };
 
 class MetricsRecorder {

@@ -21,6 +21,7 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
   j["workload_path"] = w.path;
   j["policy"] = s.policy;
   j["backend"] = s.backend;
+  if (!s.clock.empty()) j["clock"] = s.clock;
   j["model"] = w.model.name;
   j["hardware"] = w.hardware.name;
   j["seed"] = w.seed;
@@ -122,6 +123,19 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
         {"transfer_ms", pct_json(d.transfer_ms)},
         {"handoff_wait_ms", pct_json(d.handoff_wait_ms)},
         {"ttft_after_transfer_ms", pct_json(d.ttft_after_transfer_ms)}};
+  if (const auto& c = s.conditions) {  // measured runs only
+    const auto known = [](double x) { return x < 0 ? nlohmann::json(nullptr) : nlohmann::json(x); };
+    j["conditions"] = {{"load_average_start", known(c->load_start)},
+                       {"load_average_end", known(c->load_end)},
+                       {"cores", c->cores},
+                       {"cores_used", c->cores_used},
+                       {"others_share", known(c->others)},
+                       {"steal_share", known(c->steal)},
+                       {"cores_taken_share", known(c->taken)},
+                       {"cores_taken_warn_above", kTakenWarn},
+                       {"seconds", c->wall_s}};
+    j["warnings"] = s.warnings;
+  }
   j["steps"] = s.steps;
   j["makespan_s"] = s.makespan_s;
   j["sim_s"] = s.sim_s;
@@ -278,6 +292,8 @@ void print_summary(std::ostream& os, const Summary& s) {
   }
   fmt::print(os, "steps {}  simulated {:.3f} s  wall {:.3f} s  peak RSS {:.0f} MB\n", s.steps, s.sim_s, s.wall_s,
              double(s.peak_rss_kb) / 1024.0);
+  if (s.conditions) fmt::print(os, "measured under: {}\n", conditions_text(*s.conditions));
+  for (const std::string& w : s.warnings) fmt::print(os, "WARNING: {}\n", w);
 }
 
 TraceDetail parse_trace_detail(const std::string& s) {

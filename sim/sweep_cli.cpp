@@ -70,15 +70,29 @@ void make_out_dir(const std::string& dir) {
   if (ec || !fs::is_directory(dir)) throw InputError(fmt::format("--out {}: cannot create the folder", dir));
 }
 
-int report_missing(const std::vector<int64_t>& missing, const std::string& dir) {
+// The points without a complete result, apart: those that never ran (no result in DIR/results/)
+// and those whose run failed (their errors are in results.json).
+int report_missing(const std::vector<int64_t>& missing, const std::map<int64_t, nlohmann::json>& results,
+                   const std::string& dir) {
   if (missing.empty()) return 0;
-  std::string list;
-  for (size_t i = 0; i < missing.size() && i < 20; ++i) list += (i ? ", " : "") + std::to_string(missing[i]);
-  if (missing.size() > 20) list += fmt::format(" and {} more", missing.size() - 20);
-  std::cerr << fmt::format(
-      "tandem: sweep: {} point(s) without a complete result: {} (their errors are in {}/results.json; run them "
-      "with tandem sweep run {} --index I)\n",
-      missing.size(), list, dir, dir);
+  std::vector<int64_t> not_run, failed;
+  for (const int64_t i : missing) (results.count(i) ? failed : not_run).push_back(i);
+  const auto listed = [](const std::vector<int64_t>& v) {
+    std::string list;
+    for (size_t i = 0; i < v.size() && i < 20; ++i) list += (i ? ", " : "") + std::to_string(v[i]);
+    if (v.size() > 20) list += fmt::format(" and {} more", v.size() - 20);
+    return list;
+  };
+  if (!not_run.empty())
+    std::cerr << fmt::format(
+        "tandem: sweep: {} point(s) never ran (no result in {}/results/): {}; run them with tandem sweep run {} "
+        "--index I\n",
+        not_run.size(), dir, listed(not_run), dir);
+  if (!failed.empty())
+    std::cerr << fmt::format(
+        "tandem: sweep: {} point(s) failed: {} (their errors are in {}/results.json; run them again with tandem "
+        "sweep run {} --index I)\n",
+        failed.size(), listed(failed), dir, dir);
   return 1;
 }
 
@@ -152,7 +166,7 @@ int cmd_local(const std::vector<std::string>& args) {
       o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), dir, dir,
       plan.capacity ? fmt::format(", {}/capacity.csv", dir) : "");
-  return report_missing(missing, dir);
+  return report_missing(missing, done, dir);
 }
 
 int cmd_plan(const std::vector<std::string>& args) {
@@ -226,7 +240,7 @@ int cmd_collect(const std::vector<std::string>& args) {
   if (stale) std::cerr << fmt::format("sweep collect: {} results of another plan ignored\n", stale);
   std::cerr << fmt::format("wrote {}/results.csv, {}/results.json{}\n", dir, dir,
                            plan.capacity ? fmt::format(", {}/capacity.csv", dir) : "");
-  return report_missing(missing, dir);
+  return report_missing(missing, results, dir);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <iostream>
+
 #include "backend/transfer/auth.h"
 #include "core/error.h"
 #include "sim/worker_address.h"
@@ -46,6 +48,15 @@ DecodeWorkerLink::DecodeWorkerLink(const Workload& w, const InstanceSpec& decode
           ch.peer));
   }
   peer_ = fmt::format("{}:{}", host, port);
+  if (!ch.peer.empty()) {
+    // A worker in another terminal: say where this run waits, since a wrong address shows only as
+    // a wait (a refused port fails within a second, a silent host only at timeout_ms).
+    std::cerr << fmt::format("tandem: connecting to the decode worker at {} (up to {} ms)\n", peer_, timeout_.count());
+    if (threads > 0)
+      std::cerr << fmt::format(
+          "tandem: --threads {} sets this process's threads only; the worker at {} computes on its own --threads\n",
+          threads, peer_);
+  }
   try {
     // A child listens before it says so; a peer may still be starting: retried up to the timeout.
     link_ = TcpLink::connect(host, port, timeout_);

@@ -1,6 +1,7 @@
 #include "sim/worker_server.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <yaml-cpp/yaml.h>
@@ -237,6 +238,9 @@ int serve(TcpLink& link, const WorkerOptions& o, const ExecutorFactory* cuda) {
     cv.notify_one();
     stepper.join();
   };
+  // What this connection served, for the worker's line at its end.
+  int64_t num_steps = 0, num_pushes = 0, push_bytes = 0;
+  const auto served_since = std::chrono::steady_clock::now();
   // Without an idle timeout a closed peer still ends the wait at once; a stopped one would not.
   const milliseconds idle = o.idle_timeout.count() > 0 ? o.idle_timeout : milliseconds(int64_t(24) * 3600 * 1000);
   try {
@@ -244,6 +248,7 @@ int serve(TcpLink& link, const WorkerOptions& o, const ExecutorFactory* cuda) {
       const Frame f = link.receive(idle);
       if (f.type == MsgType::Step) {
         DecodedStep d = decode_step(f.payload);
+        ++num_steps;
         check_block_ids(d, kv.num_blocks());
         check_table_lengths(d, w.engine.block_size);
         {
@@ -252,6 +257,8 @@ int serve(TcpLink& link, const WorkerOptions& o, const ExecutorFactory* cuda) {
         }
         cv.notify_one();
       } else if (f.type == MsgType::KvPush) {
+        ++num_pushes;
+        push_bytes += int64_t(f.payload.size());
         KvPushMsg m = decode_kv_push(f.payload);
         check_kv_push(m, kv.num_blocks(), hello.prefill_layout.block_bytes(), w.engine.block_size);
         const KvAckMsg ack = write_push(m, push, faults.next());
@@ -261,6 +268,13 @@ int serve(TcpLink& link, const WorkerOptions& o, const ExecutorFactory* cuda) {
         (void)decode_ping(f.payload);  // the client is alive: the next wait starts afresh
       } else if (f.type == MsgType::Bye) {
         stop_stepper();  // the steps already taken are answered first
+        // One line a run served, so that a worker in a terminal of its own shows it did something.
+        std::cout << fmt::format(
+                         "tandem worker: served a run from {}: model {} on {}, {} decode steps, {} KV pushes ({:.1f} "
+                         "MB), {:.1f} s",
+                         link.peer(), w.model.name, exec->name(), num_steps, num_pushes, double(push_bytes) / 1e6,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - served_since).count())
+                  << std::endl;
         return 0;
       } else {
         throw WireError(fmt::format("unexpected {} frame", msg_type_name(f.type)));
@@ -398,6 +412,9 @@ int worker_command(const std::vector<std::string>& args, const std::function<std
     o.faults = parse_fault_injection(env);
   if (o.faults.any()) std::cerr << "tandem worker: TEST ONLY: injecting " << describe(o.faults) << "\n";
   if (o.backend == "cpu") cpu::set_threads(vm["threads"].as<int>());
+  // A run's own child writes its "listening on" line into a pipe the run closes once read: its
+  // later lines must fail quietly, not end it with SIGPIPE (its sockets send with MSG_NOSIGNAL).
+  signal(SIGPIPE, SIG_IGN);
   TcpListener listener(host, port);
   std::cout << fmt::format("tandem worker: listening on {}:{}", host, listener.port()) << std::endl;
   for (;;) {

@@ -33,6 +33,29 @@ bool Field::from_override() const {
   return false;
 }
 
+Field Field::prefer_overrides(const std::vector<std::vector<std::string>>& groups) const {
+  if (!is_map()) return *this;
+  int overridden = -1, present = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    int from_set = 0, from_file = 0;
+    for (const std::string& k : groups[g])
+      if (has(k)) ++((*this)[k].from_override() ? from_set : from_file);
+    if (from_set + from_file == 0) continue;
+    ++present;
+    if (from_set > 0 && from_file > 0) return *this;  // a group given half in each place: not ours to settle
+    if (from_set > 0) {
+      if (overridden >= 0) return *this;  // two ways given with --set
+      overridden = int(g);
+    }
+  }
+  if (overridden < 0 || present < 2) return *this;
+  YAML::Node copy = YAML::Clone(node_);
+  for (size_t g = 0; g < groups.size(); ++g)
+    if (int(g) != overridden)
+      for (const std::string& k : groups[g]) copy.remove(k);
+  return with_node(copy);
+}
+
 std::string Field::where() const {
   for (size_t i = 0; i < src_->override_keys.size(); ++i)
     if (related(path_, src_->override_keys[i])) return fmt::format("{}: --set {}", src_->file, src_->override_texts[i]);

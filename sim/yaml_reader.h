@@ -58,6 +58,11 @@ class Field {
   // nesting deeper than any workload needs (an alias inside its own anchor is endless), and
   // more than max_nodes nodes (aliases of aliases expand exponentially: "billion laughs").
   void refuse_tags(int64_t max_nodes) const;
+  // Keys that exclude each other, in groups (each group one way to give a thing): when the keys
+  // present of exactly one group all came from --set and those of the others all from the file,
+  // this mapping without the file's others (a command line overrides the file); else itself, and
+  // the caller's "not both" check names the clash.
+  Field prefer_overrides(const std::vector<std::vector<std::string>>& groups) const;
   // The same field (path, source) over another node, e.g. a filtered copy.
   Field with_node(YAML::Node n) const { return Field(std::move(n), path_, src_, parent_mark_); }
 

@@ -12,6 +12,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/llama.h"
 #include "core/rng.h"
+#include "sim/host_probe.h"
 
 using namespace tandem;
 using namespace tandem::cpu;
@@ -74,6 +75,8 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const int reps = quick ? 2 : 5;
   fmt::print("CPU backend benchmark, {} threads (medians of {} runs)\n\n", threads(), reps);
+  // Every figure below is this machine's only while other work leaves its cores alone.
+  const ConditionsProbe probe(threads());
 
   // Ceilings, measured now.
   const int64_t G = 1536;
@@ -171,6 +174,12 @@ int main(int argc, char** argv) {
     const double b = run_step(tp2, seqs, n, ctx, quick ? 1 : 3).seconds;
     fmt::print("{:<26}{:>14.2f}{:>14.2f}{:>9.2f}x\n", fmt::format("{} x {} tok, ctx {}", seqs, n, ctx), a * 1e3,
                b * 1e3, b / a);
+  }
+  const MeasureConditions cond = probe.finish();
+  fmt::print("\nmeasured under: {}\n", conditions_text(cond));
+  if (const std::string warning = conditions_warning(cond, "this benchmark"); !warning.empty()) {
+    fmt::print("WARNING: {}\n", warning);
+    fmt::print(stderr, "bench_cpu: warning: {}\n", warning);
   }
   return 0;
 }

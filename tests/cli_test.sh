@@ -224,7 +224,7 @@ expect 2 "--threads: only the CPU backend" -- run "$q" --threads 2
 expect 2 "generate: --seed: '-1' is not an integer" -- generate --model tiny --prompt "1 2" --seed -1
 expect 2 "generate: --seed sets dummy weights" -- generate --checkpoint "$i11/ck" --prompt "1 2" --seed 3
 expect 2 "calibrate: --reps applies to the grid \\(--model\\)" -- calibrate --workload "$src/workloads/cpu_tiny.yaml" --reps 3 --out "$i11/p.yaml"
-expect 2 "calibrate: --accept-noisy applies to the grid \\(--model\\)" -- calibrate --workload "$src/workloads/cpu_tiny.yaml" --accept-noisy --out "$i11/p.yaml"
+expect 2 "calibrate: --quick applies to the grid \\(--model\\)" -- calibrate --workload "$src/workloads/cpu_tiny.yaml" --quick --out "$i11/p.yaml"
 mkdir -p "$i11/nometrics" "$i11/wrongtype"
 echo '{"backend": "sim", "policy": "static"}' >"$i11/nometrics/summary.json"
 expect 2 "nometrics/summary.json: field 'ttft_ms.mean': missing" -- compare "$tmp/a" "$i11/nometrics"
@@ -329,11 +329,39 @@ expect 0 "--budget arg" -- calibrate -h
 expect 0 "usage: tandem generate" -- generate --help
 expect 0 "usage: tandem compare RUN_DIR_A RUN_DIR_B" -- compare --help
 expect 0 "--quiet without --out: the run's results are neither printed nor written" -- run "$q" --set requests.count=5 --quiet
+# Issue #35, 6: each command's --help lists only its own options, and one given to the other
+# command is named as such; a sweep file given to validate says what it is.
+check "run --help lists no --prefix-bound; validate --help none of --out, --backend, --trace, --quiet" \
+  bash -c "! '$tandem' run --help | grep -q -- --prefix-bound &&
+           ! '$tandem' validate --help | grep -Eq -- '--(out|backend|trace|quiet|clock|threads)\b' &&
+           '$tandem' validate --help | grep -q -- --prefix-bound"
+expect 0 "P \+ N - 1 rows for a prompt of P ids" -- generate --help
+expect 0 "calibrate --channel --from-run RUN_DIR --out CHANNEL.yaml" -- --help
+expect 2 "validate: --out is an option of run, not of validate" -- validate "$q" --out "$tmp/never"
+expect 2 "run: --prefix-bound is an option of validate, not of run" -- run "$q" --prefix-bound
+expect 2 "stage4_capacity.yaml:1:1: this is a sweep file .* not a workload: run it with tandem sweep" -- \
+  validate "$src/workloads/sweeps/stage4_capacity.yaml"
+# A --set of one of two keys that exclude each other replaces the file's other; both given the
+# same way is still an error naming where.
+expect 0 "^  num_kv_blocks: 4096$" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.num_kv_blocks=4096
+check "--set engine.kv_memory_gb over the file's num_kv_blocks (1024): 1 MB sizes the cache, 15 blocks" \
+  bash -c "'$tandem' validate '$src/workloads/cpu_tiny.yaml' --set engine.kv_memory_gb=0.001 >'$tmp/kvmem.out' &&
+           grep -q '^  num_kv_blocks: 15$' '$tmp/kvmem.out' && grep -q '^# KV cache: engine.kv_memory_gb 1.00 MB' '$tmp/kvmem.out'"
+expect 2 "give num_kv_blocks or kv_memory_gb, not both \(both with --set" -- \
+  validate "$src/workloads/cpu_tiny.yaml" --set engine.kv_memory_gb=1 --set engine.num_kv_blocks=8
+# (stage4_pd.yaml gives bandwidth_gbs and latency_us: the --set table replaces them.)
+expect 0 "^    table: \[\[1000, 0.001\], \[2000000, 0.002\]\]" -- validate "$src/workloads/stage4_pd.yaml" \
+  --set disaggregation.enabled=true --set "disaggregation.channel.table=[[1000, 0.001], [2000000, 0.002]]"
 # 4. compare says when its runs are different workloads, or finished different requests, and
 # then compares the requests both finished.
 expect 0 "" -- run "$src/workloads/stage2_long_prompts.yaml" --set requests.count=200 --set engine.enable_chunked_prefill=false --out "$i25/nochunk" --quiet --trace none
 expect 0 "" -- run "$src/workloads/stage2_long_prompts.yaml" --set requests.count=200 --out "$i25/chunk" --quiet --trace none
-expect 0 "note: A finished [0-9]+ requests \([1-9][0-9]* failed\), B finished 200 \(0 failed\)" -- compare "$i25/nochunk" "$i25/chunk"
+expect 0 "note: A finished [0-9]+ requests \([1-9][0-9]* failed, 0 cancelled\), B finished 200 \(0 failed, 0 cancelled\)" -- compare "$i25/nochunk" "$i25/chunk"
+# Cancelled requests are neither finished nor failed: the note counts them too (#35, 6).
+expect 0 "" -- run "$src/workloads/stage2_long_prompts.yaml" --set requests.count=200 --out "$i25/cancel" --quiet \
+  --trace none --set "requests.cancel={at: [{request: 3, at_s: 0}, {request: 5, at_s: 0}]}"
+expect 0 "note: A finished 200 requests \(0 failed, 0 cancelled\), B finished 198 \(0 failed, 2 cancelled\)" -- \
+  compare "$i25/chunk" "$i25/cancel"
 expect 0 "^over the [0-9]+ requests both finished:" -- compare "$i25/nochunk" "$i25/chunk"
 expect 0 "^common.ttft_ms.p99 " -- compare "$i25/nochunk" "$i25/chunk"
 expect 0 "note: different workloads: A is 'quickstart', B is 'stage2_long_prompts'" -- compare "$tmp/a" "$i25/chunk"
@@ -541,13 +569,28 @@ if command -v python3 >/dev/null; then
   check "garbage to a worker with a secret: the sender ran" python3 "$src/tests/data/fake_peer.py" garbage "$wport"
 fi
 check "the worker outlives a wrong secret, a client without one and garbage" kill -0 "$wpid"
-expect 0 "" -- run "$g" "${cpu1[@]}" "${pd[@]}" "${peer[@]}" --set "disaggregation.channel.secret_file=$s4/secret" \
+# A run at a peer says where it connects (#35, 5), and that its --threads are its own.
+expect 0 "^tandem: connecting to the decode worker at 127.0.0.1:$wport \\(up to [0-9]+ ms\\)" -- \
+  run "$g" "${cpu1[@]}" "${pd[@]}" "${peer[@]}" --set "disaggregation.channel.secret_file=$s4/secret" \
   --out "$s4/auth" --quiet --trace none
 timed "1P1D over tcp, standalone worker with a secret: output tokens as colocated" golden_pd "$s4/auth"
+check "the standalone worker printed one line for the run it served (steps, pushes)" \
+  bash -c "[ \$(grep -cE '^tandem worker: served a run from 127\\.0\\.0\\.1:[0-9]+: model [^ ]+ on cpu, [1-9][0-9]* decode steps, [1-9][0-9]* KV pushes' '$s4/auth.out') = 1 ]"
 check "the worker logged the refused connections (wrong proof, no proof, garbage)" \
   bash -c "grep -q 'proof does not match the shared secret' '$s4/auth.err' && grep -q 'expected Proof' '$s4/auth.err' &&
            { ! command -v python3 >/dev/null || [ \$(grep -c 'authentication failed: corrupt frame' '$s4/auth.err') = 4 ]; }"
 stop "$wpid"
+
+# A mistyped peer port (nothing listens): refused, the run says so within a few seconds, not at
+# timeout_ms (#35, 5).
+closed_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+expect 1 "cannot connect to 127.0.0.1:$closed_port: connection refused 20 times in a row over [0-9]+ ms: nothing listens there" -- \
+  run "$g" "${cpu1[@]}" "${pd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$closed_port" \
+  --set disaggregation.channel.timeout_ms=30000 --quiet
+refused_ms=$("$tandem" run "$g" "${cpu1[@]}" "${pd[@]}" --set "disaggregation.channel.peer=127.0.0.1:$closed_port" \
+  --set disaggregation.channel.timeout_ms=30000 --quiet 2>&1 | grep -oE 'in a row over [0-9]+ ms' | grep -oE '[0-9]+')
+check "a refused peer is given up after ${refused_ms:-?} ms of tries, not timeout_ms 30000" \
+  awk -v t="${refused_ms:-99999}" 'BEGIN { exit !(t < 5000) }'
 
 # 3. The worker killed mid-run: the run ends at once with exit 1 naming the worker, every
 # request ended (those alive: decode_worker_lost), the files written.
@@ -864,8 +907,9 @@ expect 2 "give a channel profile, a table or bandwidth_gbs/latency_us, not two o
   --set disaggregation.channel.bandwidth_gbs=3
 # calibrate --channel on an idle pair writes a table of measured times by size (two sizes a
 # doubling, each with its spread); a simulated run prices its transfers by it; validate prints it.
+# --accept-noisy: the suites run side by side, so its repetitions may spread (and be refused, exit 3).
 expect 0 "IQR/med" -- calibrate --channel --backend cpu --threads 1 --workload "$g" \
-  --set disaggregation.channel.kind=copy --reps 3 --out "$s4/copy-table.yaml"
+  --set disaggregation.channel.kind=copy --reps 3 --accept-noisy --out "$s4/copy-table.yaml"
 check "the channel profile holds a table, sizes 1, 2, 3, 4, 6 ... blocks" \
   bash -c "grep -q '^table:' '$s4/copy-table.yaml' && [ \$(grep -c '^  - \[' '$s4/copy-table.yaml') -ge 8 ] &&
            grep -q '# 3 blocks' '$s4/copy-table.yaml'"
@@ -1062,6 +1106,89 @@ assert float(p["ttft_ms.p99"]) < float(p["disaggregation.ttft_after_transfer_ms.
 assert d["layout.num_gpus"] == "2" and d["layout"] == "1P1D, 2 GPUs, TTFT@D"
 PY
 fi
+
+# Issue #35, 2: a measuring command records the conditions it ran under (summary.json's
+# `conditions`: the share of its cores' time other work took) and warns above 25 %. Loaded: more
+# busy loops than cores beside a one-thread CPU run (the loops take about 80 % of its core here);
+# quiet: whatever else runs now (other suites), judged against its own record; simulated: nothing.
+i35=$tmp/issue35
+mkdir -p "$i35"
+taken_of() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["conditions"]["cores_taken_share"])' "$1"; }
+warned_of() { python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["warnings"]))' "$1"; }
+m35=(run "$src/workloads/cpu_tiny.yaml" --backend cpu --clock virtual --threads 1 --set requests.count=12)
+expect 0 "" -- "${m35[@]}" --out "$i35/quiet" --trace none --quiet
+busy=()
+for _ in $(seq $((2 * $(nproc) + 1))); do bash -c 'while :; do :; done' & busy+=($!); bg_pids+=($!); done
+expect 0 "tandem: warning: other work took [0-9]+ % of the CPU time of the 1 core this run used \(more than 25 %" -- \
+  "${m35[@]}" --out "$i35/busy" --trace none --quiet
+# The older linear fit and the channel's table, measured beside the same loops: a fit too far off
+# its own steps (median error above 35 %) and a table whose sizes' repetitions spread above 50 %
+# are refused (exit 3) unless --accept-noisy, which marks the file; what they printed says which.
+"$tandem" calibrate --workload "$src/workloads/cpu_tiny.yaml" --threads 1 --out "$i35/fit.yaml" >"$i35/fit.out" 2>&1
+echo "exit $?" >>"$i35/fit.out"
+"$tandem" calibrate --channel --backend cpu --threads 1 --workload "$g" --set disaggregation.channel.kind=tcp \
+  --reps 5 --out "$i35/tcp.yaml" >"$i35/tcp.out" 2>&1
+echo "exit $?" >>"$i35/tcp.out"
+"$tandem" calibrate --channel --backend cpu --threads 1 --workload "$g" --set disaggregation.channel.kind=tcp \
+  --reps 5 --accept-noisy --out "$i35/tcp-noisy.yaml" >"$i35/tcp-noisy.out" 2>&1
+echo "exit $?" >>"$i35/tcp-noisy.out"
+for p in "${busy[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+busy_taken=$(taken_of "$i35/busy/summary.json") quiet_taken=$(taken_of "$i35/quiet/summary.json")
+echo "    issue 35: cores taken from a 1-thread run: $quiet_taken as it is, $busy_taken beside $((2 * $(nproc) + 1)) busy loops"
+check "loaded: summary.json records more than 25 % (+ a margin) of its core taken, and the warning" \
+  awk -v t="$busy_taken" -v n="$(warned_of "$i35/busy/summary.json")" 'BEGIN { exit !(t > 0.40 && n == 1) }'
+check "loaded vs as it is: the loops' share shows (at least 0.1 more of the core taken)" \
+  awk -v b="$busy_taken" -v q="$quiet_taken" 'BEGIN { exit !(b - q >= 0.1) }'
+check "as it is: a warning exactly when more than 25 % was taken (no warning on a quiet machine)" \
+  awk -v t="$quiet_taken" -v n="$(warned_of "$i35/quiet/summary.json")" 'BEGIN { exit !((t > 0.25) == (n == 1)) }'
+check "a measured run's conditions: load average at the start and end, the cores it used, steal" \
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["conditions"]
+sys.exit(not (c["cores_used"] == 1 and c["load_average_start"] is not None and c["load_average_end"] is not None
+             and 0 <= c["steal_share"] <= 1 and c["cores_taken_warn_above"] == 0.25))' "$i35/quiet/summary.json"
+expect 0 "measured under: load average .* other work took" -- "${m35[@]}"
+expect 0 "" -- run "$src/workloads/cpu_tiny.yaml" --out "$i35/sim" --trace none --quiet
+check "a simulated run measures nothing: no conditions, no warnings, no 'measured under' line" \
+  bash -c "! grep -Eq '\"(conditions|warnings)\"' '$i35/sim/summary.json' &&
+           ! '$tandem' run '$src/workloads/cpu_tiny.yaml' 2>&1 | grep -Eq 'measured under|warning'"
+fit_median=$(grep -oE 'median relative error over its [0-9]+ steps is [0-9.]+|relative error median [0-9.]+' "$i35/fit.out" | grep -oE '[0-9.]+$')
+echo "    issue 35: linear fit beside the loops: median error ${fit_median:-?} %, $(tail -1 "$i35/fit.out")"
+check "linear fit: refused (exit 3, no file) exactly when its median error is above 35 %" \
+  bash -c "if awk -v m='${fit_median:-0}' 'BEGIN { exit !(m > 35) }'; then
+             grep -q '^exit 3' '$i35/fit.out' && grep -q 'the linear fit was refused, profile not written' '$i35/fit.out' &&
+               [ ! -s '$i35/fit.yaml' ]
+           else grep -q '^exit 0' '$i35/fit.out' && grep -q '^# measured under: load average' '$i35/fit.yaml'; fi"
+# Each calibration is its own measurement: its verdict is judged against the spread it printed
+# (the median of its sizes' IQR/median column), never against the other run's.
+median_spread() {
+  python3 -c 'import re, sys
+rows = [float(m.group(1)) for m in re.finditer(r"^ +\d+ +\d+ +[0-9.]+ +[0-9.]+ +([0-9.]+)%$", open(sys.argv[1]).read(), re.M)]
+rows.sort()
+print(rows[len(rows) // 2] if rows else -1)' "$1"
+}
+tcp_spread=$(median_spread "$i35/tcp.out") tcp_noisy_spread=$(median_spread "$i35/tcp-noisy.out")
+echo "    issue 35: tcp channel table beside the loops: median spread $tcp_spread % ($(tail -1 "$i35/tcp.out") without --accept-noisy), $tcp_noisy_spread % with it"
+check "channel table: refused exactly when its median size's spread is above 50 %; --accept-noisy writes it, marked exactly then" \
+  bash -c "awk -v s='$tcp_spread' -v t='$tcp_noisy_spread' 'BEGIN { exit !(s >= 0 && t >= 0) }' &&
+           if awk -v s='$tcp_spread' 'BEGIN { exit !(s > 50) }'; then
+             grep -q '^exit 3' '$i35/tcp.out' && grep -q 'the table was refused, profile not written' '$i35/tcp.out'
+           else grep -q '^exit 0' '$i35/tcp.out'; fi &&
+           if awk -v t='$tcp_noisy_spread' 'BEGIN { exit !(t > 50) }'; then
+             grep -q '^# ACCEPTED NOISY (--accept-noisy): the sizes' '$i35/tcp-noisy.yaml'
+           else ! grep -q 'ACCEPTED NOISY' '$i35/tcp-noisy.yaml'; fi &&
+           grep -q '^exit 0' '$i35/tcp-noisy.out' && grep -q '^# measured under: load average' '$i35/tcp-noisy.yaml'"
+# --from-run: a run whose summary.json warned (as the loaded run's did) teaches the channel that
+# contention: refused unless --accept-noisy, and the run's conditions go into the file.
+expect 0 "" -- run "$q" --set disaggregation.enabled=true --set requests.count=40 --out "$i35/pd" --quiet --trace none
+python3 -c 'import json, sys
+s = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2]))
+s["conditions"], s["warnings"] = b["conditions"], b["warnings"]
+json.dump(s, open(sys.argv[1], "w"))' "$i35/pd/summary.json" "$i35/busy/summary.json"
+expect 3 "--from-run: .*/summary.json warns that the run was measured under contention, profile not written" -- \
+  calibrate --channel --from-run "$i35/pd" --out "$i35/from-run.yaml"
+expect 0 "fit: latency" -- calibrate --channel --from-run "$i35/pd" --accept-noisy --out "$i35/from-run.yaml"
+check "--from-run --accept-noisy: the run's conditions and its warning, marked, in the file" \
+  bash -c "grep -Eq '^# the run was measured under: other work took [0-9.]+ % of its cores' '$i35/from-run.yaml' &&
+           grep -q '^# ACCEPTED NOISY (--accept-noisy), the run warned: other work took' '$i35/from-run.yaml'"
 
 echo "slowest cases (seconds; limit ${limit} s a case, scale $scale):"
 sort -rn "$times" | head -${CLI_SLOWEST:-10} | cut -c1-160

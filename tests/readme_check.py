@@ -23,6 +23,15 @@ Usage: readme_check.py SOURCE_DIR TANDEM
              that mentions that date
   layout     every file in workloads/, workloads/bench/, workloads/profiles/ and tools/ is
              named in the Layout section
+  help       `tandem CMD --help` exits 0 for every subcommand, and each option it lists is
+             accepted by CMD (given alone, it is never "unrecognised" nor "an option of" another
+             command); every `tools/` script the README names (in a code block or an inline span)
+             is executable and its `--help` exits 0 within 30 s without doing anything else
+  lines      every README command line naming `tandem CMD` or a `tools/` script uses only options
+             that command's `--help` lists (so the line parses as written); a line whose script
+             needs a GPU or a cluster (tools/device-*, ptx-check, hf-check, bench-torch.py,
+             sweep-ray, slurm.sbatch, k8s) is counted as marked, not run: none of these checks
+             runs a line's work
 
 Standard library only. Prints one line per failure and per check, then "N passed, N failed";
 exits 1 on any failure, 2 on bad usage.
@@ -149,6 +158,14 @@ class Checker:
                     f = os.path.join(self.src, words[0])
                     self.ok(os.path.isfile(f) and os.access(f, os.X_OK), f"quick: `{words[0]}` is not an executable file")
         self.ok(workload in blocks[0], f"quick: the first code block does not name {workload}, which `make run` runs")
+        # The Quick start's package list is tools/setup's (the packages array), in full.
+        setup = read(os.path.join(self.src, "tools", "setup"))
+        m = re.search(r"^\s*packages=\(([^)]*)\)", setup, re.M)
+        if self.ok(m, "quick: tools/setup has no packages=(...) list"):
+            want = set(m.group(1).split())
+            quick = self.section("Quick start")
+            named = set(re.findall(r"[\w.+-]+", quick))
+            self.ok(want <= named, f"quick: the Quick start omits tools/setup's packages {sorted(want - named)}")
         print(f"quick: {first[:2]}")
 
     # ---- 3. workloads ----
@@ -325,6 +342,136 @@ class Checker:
         print(f"layout: {n} files in workloads/ and tools/")
 
 
+# Scripts whose work needs a GPU, a cluster or a torch install: their --help is checked, the rest
+# of a line naming them is only parsed.
+MARKED = ("tools/device-", "tools/ptx-check", "tools/ptx_entries.py", "tools/hf-check", "tools/bench-torch.py",
+          "tools/sweep-ray", "tools/sweep/slurm.sbatch", "tools/sweep/k8s")
+OPT_RE = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])(?![\w-])")
+
+
+class HelpChecker:
+    """`--help` of every tandem subcommand and every tools/ script the README names, and the
+    options of the README's command lines against them."""
+
+    def __init__(self, c):
+        self.c = c
+        self.helps = {}  # "tandem run" or "tools/plot" -> its --help text (None: it failed)
+
+    @staticmethod
+    def listed_options(text):
+        """Options a --help lists: the option column of boost's and argparse's tables, and a usage
+        line's brackets."""
+        opts = set()
+        for line in text.split("\n"):
+            m = re.match(r"^\s+((?:-\w, )?--?[\w-]+(?:\s*\[?\s*(?:arg|[A-Z_,]+)\]?)?(?:, --?[\w-]+)?)", line)
+            if m:
+                opts |= set(OPT_RE.findall(m.group(1)))
+            if "usage" in line.lower() or line.lstrip().startswith("[") or line.lstrip().startswith("tandem "):
+                opts |= set(OPT_RE.findall(line))
+        return opts
+
+    def tandem_help(self, cmd):
+        key = "tandem " + cmd
+        if key not in self.helps:
+            rc, out, err = self.c.run(cmd.split() + ["--help"])
+            self.c.ok(rc == 0 and out.strip(), f"help: tandem {cmd} --help: exit {rc}: {err.strip()[:200]}")
+            self.helps[key] = out if rc == 0 else None
+        return self.helps[key]
+
+    def script_help(self, script):
+        if script not in self.helps:
+            full = os.path.join(self.c.src, script)
+            text = None
+            if self.c.ok(os.path.isfile(full) and os.access(full, os.X_OK), f"help: {script} is not an executable file"):
+                try:
+                    p = subprocess.run([full, "--help"], cwd=self.c.src, capture_output=True, text=True, timeout=30,
+                                       stdin=subprocess.DEVNULL)
+                    rc, text = p.returncode, p.stdout + p.stderr
+                except subprocess.TimeoutExpired:
+                    rc, text = 124, ""
+                self.c.ok(rc == 0 and text.strip(), f"help: {script} --help: exit {rc}: {text.strip()[-200:]}")
+                text = text if rc == 0 else None
+            self.helps[script] = text
+        return self.helps[script]
+
+    def check_tandem(self):
+        rc, out, err = self.c.run(["--help"])
+        cmds = sorted(set(re.findall(r"^\s*tandem (\w+)", out + err, re.M)))
+        n = 0
+        with tempfile.TemporaryDirectory() as tmp:
+            w = os.path.join(self.c.src, self.c.quickstart_workload()[0])
+            for cmd in cmds:
+                text = self.tandem_help(cmd)
+                if text is None:
+                    continue
+                for opt in sorted(self.listed_options(text) - {"-h", "--help"}):
+                    # Alone (a placeholder value where it takes one), on the quickstart workload with
+                    # two requests where the command takes a workload: never unknown to it.
+                    takes_value = re.search(r"^\s+(?:-\w, )?%s (?:arg|\[)" % re.escape(opt), text, re.M)
+                    args = [cmd] + ([w, "--set", "requests.count=2"] if cmd in ("run", "validate") else []) + [opt]
+                    if takes_value:
+                        args.append(os.path.join(tmp, "x") if opt == "--out" else "1")
+                    refused = r"unrecogni[sz]ed option|is an option of|unknown option"
+                    rc2, o2, e2 = self.c.run(args, timeout=120)
+                    # An option of a subcommand the help names (`tandem sweep run DIR --index I`).
+                    for sub in sorted(set(re.findall(r"tandem %s (\w+) " % cmd, text)) - {"WORKLOAD"}):
+                        if not re.search(refused, o2 + e2):
+                            break
+                        rc2, o2, e2 = self.c.run([cmd, sub] + args[1:], timeout=120)
+                    n += 1
+                    self.c.ok(not re.search(refused, o2 + e2),
+                              f"help: tandem {cmd} --help lists {opt}, which tandem {cmd} refuses: {e2.strip()[:200]}")
+        print(f"help: {len(cmds)} subcommands' --help, {n} listed options tried")
+
+    def references(self):
+        """(line, where) for every README command line naming tandem or a tools/ script."""
+        out = []
+        for b in FENCE_RE.findall(self.c.readme):
+            for line in b.split("\n"):
+                out.append((line.split(" #")[0].strip(), "code block"))
+        rest = FENCE_RE.sub("", self.c.readme)
+        out += [(m, "inline") for m in INLINE_RE.findall(rest)]
+        refs = []
+        for line, where in out:
+            for part in re.split(r"&&|\|(?!\w)|;", line):
+                words = [w for w in part.split() if not re.match(r"^[A-Z_]+=", w)]
+                if not words:
+                    continue
+                head = words[0].lstrip("./")
+                if head in ("tandem", "build/tandem") and len(words) > 1 and re.fullmatch(r"[a-z]+", words[1]):
+                    refs.append(("tandem", words[1], words[2:], where))
+                elif head.startswith("tools/") and not head.endswith((".yaml", "/", "*", "...")) and \
+                        os.path.basename(head) != "tools":
+                    refs.append(("script", head, words[1:], where))
+        return refs
+
+    def check_lines(self):
+        n = marked = 0
+        for kind, name, words, where in self.references():
+            if kind == "tandem":
+                sub = name
+                if name == "sweep" and words and words[0] in ("plan", "run", "collect"):
+                    sub = "sweep " + words[0]
+                text = self.tandem_help(sub) if sub != "sweep run" else self.tandem_help("sweep")
+                label = "tandem " + sub
+            else:
+                full = os.path.join(self.c.src, name)
+                if not os.path.exists(full) or (name.endswith(".py") and not os.access(full, os.X_OK)):
+                    continue  # reported by paths; a module run with python3 (test_tandem_tools.py) is no command
+                text = self.script_help(name)
+                label = name
+                if name.startswith(MARKED):
+                    marked += 1
+            if text is None:
+                continue
+            n += 1
+            opts = set(OPT_RE.findall(" ".join(w for w in words if not w.startswith(("'", '"')))))
+            known = self.listed_options(text) | set(OPT_RE.findall(text))
+            for opt in sorted(opts - known - {"-h", "--help"}):
+                self.c.ok(False, f"lines: README ({where}) `{label} ... {opt}`: {label} --help does not list {opt}")
+        print(f"lines: {n} README command lines checked against their --help ({marked} need a GPU or a cluster)")
+
+
 def main():
     if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
@@ -338,6 +485,9 @@ def main():
     c.check_commands()
     c.check_links()
     c.check_layout()
+    h = HelpChecker(c)
+    h.check_tandem()
+    h.check_lines()
     if c.skipped:
         print(f"{c.skipped} skipped")
     print(f"{c.passed} passed, {c.failed} failed")

@@ -223,7 +223,8 @@ def tests(f, venv, tandem, cluster, tmp):
     got = sh.collected_indices(d2)
     f.ok(got == set(range(N)) - {3}, "failure: collected points %s, expected all but 3 (point 2 from the failed "
          "slice's last try)" % sorted(got))
-    f.ok(re.search(r"point\(s\) without a complete result: 3\b", err), "failure: collect did not list point 3:\n%s" % err)
+    f.ok(re.search(r"point\(s\) never ran \(no result in [^)]*\): 3\b", err),
+         "failure: collect did not list point 3 as never run:\n%s" % err)
 
     # capacity: a capacity search's sweep, its tables as a local run's
     d3, ld3 = os.path.join(tmp, "cap"), os.path.join(tmp, "cap-local")

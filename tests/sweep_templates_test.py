@@ -11,7 +11,8 @@ Usage: sweep_templates_test.py SOURCE_DIR TANDEM
   parallel  tools/sweep/parallel.sh DIR K JOBS: every point once, collect complete (skipped, and
             said so, when GNU parallel is absent: tools/setup --sweep-cluster installs it); and
             with a point that fails (its workload in plan.json broken), a non-zero exit after
-            collecting every other point
+            collecting every other point; and `tools/sweep/parallel.sh DIR` as the README writes
+            it, with no TANDEM and no tandem on PATH: this checkout's build/tandem
   k8s       tools/sweep/k8s-indexed-job.yaml parsed with python yaml: an Indexed Job whose
             container command, run under sh once for every JOB_COMPLETION_INDEX below
             `completions` with its env (K, SWEEP_DIR = the volume's mountPath), asks for every
@@ -107,6 +108,19 @@ def test_parallel(f, src, tandem, tmp):
     f.ok(got == set(range(n)) - {3}, "parallel: a failing point 3: collected points %s, expected all but 3"
          % sorted(got))
     print("parallel: %d points, K=%d, 2 jobs; a failing point: exit %d, the others collected" % (n, k, r.returncode))
+    # As the README writes it (#35): no TANDEM, no tandem on PATH: this checkout's build/tandem.
+    d3 = os.path.join(tmp, "par-default")
+    sh.make_plan(tandem, d3, n, src)
+    env = {k2: v for k2, v in os.environ.items() if k2 != "TANDEM"}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                  if not os.path.exists(os.path.join(p, "tandem")))
+    r = sh.run([script, d3], env=env)
+    if os.path.exists(os.path.join(src, "build", "tandem")):
+        f.ok(r.returncode == 0 and sh.collected_indices(d3) == set(range(n)),
+             "parallel: as written (no TANDEM), exited %d: %s" % (r.returncode, r.stderr.strip()))
+    else:
+        f.ok(r.returncode == 2 and "no tandem at" in r.stderr,
+             "parallel: as written, no build/tandem: exited %d: %s" % (r.returncode, r.stderr.strip()))
 
 
 def test_k8s(f, src, tandem, tmp):

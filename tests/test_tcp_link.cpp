@@ -169,6 +169,16 @@ TEST_CASE("connecting to a closed port fails within its timeout; connect waits f
   CHECK(link != nullptr);
 }
 
+TEST_CASE("connecting to a port nobody listens on fails fast, not at its timeout (#35, 5)") {
+  uint16_t port = 0;
+  { port = TcpListener("127.0.0.1", 0).port(); }  // free again: every attempt is refused
+  const auto t0 = Clock::now();
+  const std::string err = transport_error([&] { (void)TcpLink::connect("127.0.0.1", port, 30s); });
+  CHECK(seconds_since(t0) < 5.0);  // about 20 tries 50 ms apart, not the 30 s timeout
+  CHECK(contains(err, "cannot connect to 127.0.0.1:" + std::to_string(port) + ": connection refused 20 times"));
+  CHECK(contains(err, "nothing listens there"));
+}
+
 TEST_CASE("accept times out when nobody connects") {
   TcpListener listener("127.0.0.1", 0);
   const auto t0 = Clock::now();

@@ -49,6 +49,10 @@ def skip(msg):
     sys.exit(SKIP)
 
 
+if __name__ == "__main__" and sys.argv[1:2] in (["-h"], ["--help"]):  # without torch too
+    print(__doc__.strip())
+    sys.exit(0)
+
 try:
     import torch
 except Exception as e:  # ImportError, or a broken install (missing CUDA libraries...)

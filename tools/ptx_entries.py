@@ -38,6 +38,9 @@ def compare(old, new):
 
 
 def main(argv):
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
     if len(argv) != 2:
         print(__doc__.split("\n")[2].strip(), file=sys.stderr)
         return 2

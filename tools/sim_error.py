@@ -139,7 +139,8 @@ def main(argv):
             print("usage: sim_error.py --json FILE CASE_DIR...", file=sys.stderr)
             return 2
         json_path, argv = argv[1], argv[2:]
-    rows, steps, missing, cases_out, failed = [], [], [], [], []
+    rows, steps, missing, cases_out, failed, conds = [], [], [], [], [], []
+    n_warned = 0
     worst = tt.NAN
     for case in argv:
         name = os.path.basename(os.path.normpath(case))
@@ -173,7 +174,12 @@ def main(argv):
             case_verdict = "noisy"
         else:
             case_verdict = "met"
+        taken, warned, n_cond = tt.run_conditions([os.path.join(case, d) for d in measured_dirs(case)])
+        if n_cond:
+            conds.append([name, n_cond, tt.fmt_pct(taken, sign=False), len(warned)])
+            n_warned += len(warned)
         cases_out.append({"case": name, "runs": n_runs, "verdict": case_verdict,
+                          "conditions": {"cores_taken_max": taken, "runs_warned": len(warned)},
                           "figures_met": verdicts.count("met"), "figures_noisy": verdicts.count("noisy"),
                           "figures": figures,
                           "earlier_set_spreads": earlier_sets(case)})
@@ -194,6 +200,13 @@ def main(argv):
         print(tt.format_table(["case", "step kind", "steps", "|error| median %", "|error| p90 %", "|error| max %",
                                "signed median %"], steps, left=2,
                               title="per-step prediction error of the measured runs (steps.csv pred_error):"))
+    if conds:
+        print(tt.format_table(["case", "runs", "cores taken max %", "runs warned"], conds,
+                              title="conditions of the measured runs (summary.json): the largest share of their "
+                                    "cores' time other work took; a run warns above %.0f %%" % (100 * tt.TAKEN_WARN)))
+    if n_warned:
+        print("WARNING: %d measured run(s) ran while other work took their cores: their figures, and the errors "
+              "against them, are a busy machine's, not this one's" % n_warned)
     for c in cases_out:
         if c["earlier_set_spreads"]:
             print("%s: measured again; the earlier set(s) had a spread of %s %%" % (

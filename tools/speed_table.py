@@ -209,7 +209,8 @@ def render(t):
 
 
 def main(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir")
     p.add_argument("--json", help="also write the table as JSON")
     a = p.parse_args(argv)

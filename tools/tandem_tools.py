@@ -13,6 +13,9 @@ The bash tools use its command line:
 prints the error table of each simulated run folder against its measured one (summary.json),
 and with --ratio A/B the ratio of config A to config B, measured and simulated. Metric keys:
 METRICS below (e.g. ttft_mean, tpot_p99, req_per_s, hit_rate).
+    python3 tools/tandem_tools.py conditions RUN_DIR ...
+prints each measured run's conditions (summary.json's `conditions`: load, the share of its cores'
+time other work took) and its warnings.
 """
 import argparse
 import csv
@@ -30,6 +33,9 @@ import tarfile
 import time
 
 NAN = float("nan")
+# A measured run warns when other work took more than this share of its cores' time (sim/host_probe.h
+# kTakenWarn; summary.json records it as conditions.cores_taken_warn_above).
+TAKEN_WARN = 0.25
 
 # Metric key -> (label, unit, path in summary.json (None: a tool computes it), value when absent).
 # The keys are those of the bench tools' --json files.
@@ -144,12 +150,52 @@ def load_run(run_dir, label=None):
 
 
 def run_tandem(tandem, workload, out, sets=(), backend=None, threads=0, trace="none", label=None, tool="tandem"):
-    """Runs `tandem run` into `out` and loads the run (load_run); exits with tandem's stderr on failure."""
+    """Runs `tandem run` into `out` and loads the run (load_run); exits with tandem's stderr on failure.
+    A measured run's warnings (summary.json: other work took its cores) go to stderr, naming the run."""
     cmd = tandem_run_cmd(tandem, workload, out, sets, backend, threads, trace)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("%s: %s failed (exit %d):\n%s" % (tool, " ".join(cmd), r.returncode, r.stderr))
-    return load_run(out, label)
+    rec = load_run(out, label)
+    for w in rec["summary"].get("warnings", []):
+        progress("%s: WARNING: %s: %s" % (tool, out, w))
+    return rec
+
+
+def conditions_line(summary):
+    """One line on the conditions a measured run ran under (summary.json's `conditions`), or None for
+    a simulated run: 'load average 1.20 -> 1.35, other work took 4.2 % of its 2 cores' time (steal 0.0 %)'."""
+    c = summary.get("conditions")
+    if not isinstance(c, dict):
+        return None
+
+    def num(k, fmt="%.2f", scale=1.0):
+        v = c.get(k)
+        return fmt % (scale * v) if isinstance(v, (int, float)) else "?"
+    return "load average %s -> %s, other work took %s %% of its %s cores' time (steal %s %%)" % (
+        num("load_average_start"), num("load_average_end"), num("cores_taken_share", "%.1f", 100),
+        c.get("cores_used", "?"), num("steal_share", "%.1f", 100))
+
+
+def run_conditions(run_dirs):
+    """Over measured run folders: (the largest share of its cores' time other work took, the runs
+    that warned, the runs with conditions); (nan, [], 0) when none recorded them."""
+    worst, warned, n = NAN, [], 0
+    for d in run_dirs:
+        try:
+            s = read_summary(d)
+        except (OSError, ValueError):
+            continue
+        c = s.get("conditions")
+        if not isinstance(c, dict):
+            continue
+        n += 1
+        t = c.get("cores_taken_share")
+        if isinstance(t, (int, float)):
+            worst = t if is_nan(worst) else max(worst, t)
+        if s.get("warnings"):
+            warned.append(d)
+    return worst, warned, n
 
 
 class Runner:
@@ -882,9 +928,25 @@ def compare_main(argv):
     return 0
 
 
+def conditions_main(argv):
+    """conditions RUN_DIR...: each measured run's conditions line and warnings; exit 0."""
+    for d in argv:
+        try:
+            s = read_summary(d)
+        except (OSError, ValueError) as e:
+            print("%s: no summary.json (%s)" % (d, e.__class__.__name__))
+            continue
+        print("%s: measured under: %s" % (d, conditions_line(s) or "not measured (a simulated run)"))
+        for w in s.get("warnings", []):
+            print("%s: WARNING: %s" % (d, w))
+    return 0
+
+
 def main(argv):
     if argv and argv[0] == "compare":
         return compare_main(argv[1:])
+    if argv and argv[0] == "conditions":
+        return conditions_main(argv[1:])
     print(__doc__)
     return 0 if argv and argv[0] in ("-h", "--help") else 2
 

@@ -34,6 +34,10 @@ struct TcpListener::Acceptor {
 namespace {
 
 constexpr auto kConnectRetry = std::chrono::milliseconds(50);
+// Refused this many times in a row (about a second): nothing listens there, most likely a mistyped
+// port, so connect says so then rather than at its timeout (30 s by default). A peer that is still
+// starting listens within that second; one still loading a model accepts first and answers later.
+constexpr int kRefusedTries = 20;
 // The payload buffer grows as bytes arrive, from this size up, doubling: a peer that announces
 // a large frame and sends nothing costs no more than what it sent.
 constexpr size_t kFirstPayloadChunk = size_t{1} << 20;
@@ -117,8 +121,9 @@ TcpLink::TcpLink(std::unique_ptr<Socket> socket) : socket_(std::move(socket)) {
 TcpLink::~TcpLink() { close(); }
 
 std::unique_ptr<TcpLink> TcpLink::connect(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+  const auto start = Clock::now(), deadline = start + timeout;
   std::string last = "no attempt made";
+  int refused = 0;  // connection refused, in a row
   for (;;) {
     auto s = std::make_unique<Socket>();
     boost::system::error_code ec;
@@ -148,6 +153,13 @@ std::unique_ptr<TcpLink> TcpLink::connect(const std::string& host, uint16_t port
       if (!ec) return std::make_unique<TcpLink>(std::move(s));
     }
     last = ec.message();
+    refused = ec == asio::error::connection_refused ? refused + 1 : 0;
+    if (refused >= kRefusedTries)
+      throw TransportError(fmt::format("cannot connect to {}: connection refused {} times in a row over {} ms: "
+                                       "nothing listens there (is the worker started, and is the port right?)",
+                                       host_port(host, port), refused,
+                                       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)
+                                           .count()));
     if (Clock::now() + kConnectRetry >= deadline) break;
     std::this_thread::sleep_for(kConnectRetry);
   }
