@@ -49,6 +49,7 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
   j["engine"] = {{"enable_chunked_prefill", w.engine.enable_chunked_prefill},
                  {"max_num_batched_tokens", w.engine.max_num_batched_tokens},
                  {"max_num_partial_prefills", w.engine.max_num_partial_prefills},
+                 {"step_composition", std::string(to_string(w.engine.step_composition))},
                  {"max_num_seqs", w.engine.max_num_seqs},
                  {"enable_prefix_caching", w.engine.enable_prefix_caching},
                  {"block_size", w.engine.block_size}};

@@ -72,6 +72,10 @@ expect 0 "cuda_attention: mma_split" -- validate "$src/workloads/cuda_llama3_8b.
 expect 0 "cuda_row_kernels: v2" -- validate "$src/workloads/cuda_llama3_8b.yaml" --set engine.cuda_row_kernels=v2
 expect 0 "cuda_gemm: own" -- validate "$src/workloads/cuda_llama3_8b.yaml" --set engine.cuda_gemm=own
 expect 2 "field 'engine.cuda_gemm': unknown GEMM choice 'cutlass' \\(known: pinned, own\\)" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_gemm=cutlass
+# Stage 1's step composition: an unknown value lists the known ones; the vLLM v0 baseline is unchunked.
+expect 2 "field 'engine.step_composition': unknown step composition 'orca' \\(known: mixed, prompts_or_decodes\\)" -- validate "$src/workloads/quickstart.yaml" --set engine.enable_chunked_prefill=false --set engine.step_composition=orca
+expect 2 "field 'engine.step_composition': .*needs engine.enable_chunked_prefill: false" -- validate "$src/workloads/quickstart.yaml" --set engine.step_composition=prompts_or_decodes
+expect 0 "step_composition: prompts_or_decodes" -- validate "$src/workloads/quickstart.yaml" --set engine.enable_chunked_prefill=false --set engine.step_composition=prompts_or_decodes
 expect 2 "field 'engine.cuda_graph': expected true or false" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_graph=sometimes
 expect 2 "--clock wall needs a real backend" -- run "$src/workloads/quickstart.yaml" --clock wall
 expect 2 "unknown command 'frobnicate'" -- frobnicate
