@@ -6,6 +6,9 @@
 namespace tandem {
 
 std::string_view to_string(BatchingPolicy p) { return p == BatchingPolicy::Static ? "static" : "continuous"; }
+std::string_view to_string(StepComposition c) {
+  return c == StepComposition::PromptsOrDecodes ? "prompts_or_decodes" : "mixed";
+}
 std::string_view to_string(InstanceRole r) {
   return r == InstanceRole::Prefill ? "prefill" : r == InstanceRole::Decode ? "decode" : "colocated";
 }
@@ -16,6 +19,8 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, Kv
   if (cfg.max_num_seqs < 1 || cfg.max_num_batched_tokens < 1 || cfg.max_num_partial_prefills < 1)
     throw std::invalid_argument(
         "Scheduler: max_num_seqs, max_num_batched_tokens and max_num_partial_prefills must be >= 1");
+  if (cfg.step_composition == StepComposition::PromptsOrDecodes && cfg.enable_chunked_prefill)
+    throw std::invalid_argument("Scheduler: step composition prompts_or_decodes needs chunked prefill off");
   running_.reserve(static_cast<size_t>(cfg.max_num_seqs));
   // With several prompts allowed part-way, each gets at most its share of the budget, so a
   // prompt behind a long one can start in the same step (vLLM's concurrent partial prefills).
@@ -90,13 +95,28 @@ StepPlan& Scheduler::schedule(Time now) {
   plan_.clear();
   budget_left_ = cfg_.max_num_batched_tokens;
   partial_after_step_ = 0;
-  schedule_running();
-  if (!partial_.empty()) schedule_partial_prefills();
-  // Static batching admits only into an empty engine; continuous at every step. Either way
-  // the check is O(1) per candidate, and nothing is done when nobody waits or seats are full.
-  if (num_waiting_ > 0 && (cfg_.policy == BatchingPolicy::Continuous || running_.empty())) admit_waiting(now);
+  if (cfg_.step_composition == StepComposition::PromptsOrDecodes)
+    schedule_prompts_or_decodes(now);
+  else
+    schedule_mixed(now);
   in_flight_ = !plan_.empty();
   return plan_;
+}
+
+// Static batching admits only into an empty engine; continuous at every step (may_admit). Either
+// way the check is O(1) per candidate, and nothing is done when nobody waits or seats are full.
+void Scheduler::schedule_mixed(Time now) {
+  schedule_running();
+  if (!partial_.empty()) schedule_partial_prefills();
+  if (may_admit()) admit_waiting(now);
+}
+
+// As vLLM v0's _schedule_default: prompts are admitted first with the whole budget (the running
+// requests still hold their seats); only a step that admitted none runs the decodes. Chunking
+// is off (checked at construction), so no prompt is ever part-way.
+void Scheduler::schedule_prompts_or_decodes(Time now) {
+  if (may_admit()) admit_waiting(now);
+  if (plan_.empty()) schedule_running();
 }
 
 void Scheduler::add_to_plan(ReqId id, const Request& r, int32_t n) {

@@ -19,6 +19,13 @@
 //               since it samples the first output token. Blocks become hits for others once a
 //               step has computed them whole, so a prompt part-way through its chunks already
 //               shares its finished blocks.
+//   step composition (stage 1, unchunked)  `mixed` (the default, Orca-style): every step takes
+//               the running decodes first, then admits waiting prompts into what is left.
+//               `prompts_or_decodes` (vLLM v0's default scheduler, the baseline most PD and
+//               chunking papers compare against): a step that can admit a waiting prompt runs
+//               prompts only, with the whole budget, and every running decode stalls for it;
+//               a step that admits none runs the decodes. A baseline for comparisons, not a new
+//               feature: no priorities, no preemption.
 //
 // Plan, then apply: schedule() chooses and allocates the KV the step needs; complete_step()
 // applies the step's outcome (tokens computed, tokens sampled, requests that leave).
@@ -38,6 +45,11 @@ namespace tandem {
 enum class BatchingPolicy : uint8_t { Static, Continuous };
 std::string_view to_string(BatchingPolicy p);
 
+// What one step may carry (see the header comment). PromptsOrDecodes needs chunking off: vLLM
+// v0 with chunked prefill mixed decodes and chunks, which is what Mixed with chunking does.
+enum class StepComposition : uint8_t { Mixed, PromptsOrDecodes };
+std::string_view to_string(StepComposition c);
+
 // What an instance serves (stage 4). Colocated: prompt and decode. Prefill: the prompt and the
 // first token; then the request is handed off with its blocks held (prefilled()). Decode: takes
 // requests handed over with their KV (accept/received) and decodes them; nothing arrives here.
@@ -53,6 +65,7 @@ struct SchedulerConfig {
   // Prompts that may be part-way at once (chunking only). Above 1, every prompt chunk is capped
   // at max_num_batched_tokens / max_num_partial_prefills, so that several prompts progress at once.
   int32_t max_num_partial_prefills = 1;
+  StepComposition step_composition = StepComposition::Mixed;
   // Stage 3: admission takes a prompt's cached leading blocks. Needs the prompt's block hashes
   // (add_request); false, or no hashes, is stage 2 exactly.
   bool enable_prefix_caching = true;
@@ -120,6 +133,11 @@ class Scheduler {
   const SchedulerConfig& config() const { return cfg_; }
 
  private:
+  void schedule_mixed(Time now);
+  void schedule_prompts_or_decodes(Time now);
+  bool may_admit() const {
+    return num_waiting_ > 0 && (cfg_.policy == BatchingPolicy::Continuous || running_.empty());
+  }
   void schedule_running();
   void schedule_partial_prefills();
   void admit_waiting(Time now);

@@ -274,6 +274,9 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
                         "throughput.output_tokens_per_s",
                         "throughput.total_tokens_per_s",
                         "goodput.requests_per_s",
+                        "attainment.ttft.fraction",  // over all requests; failed ones are misses
+                        "attainment.tpot.fraction",
+                        "attainment.both.fraction",
                         "requests.finished",
                         "requests.failed",
                         "requests.cancelled",

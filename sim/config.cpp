@@ -130,6 +130,7 @@ SchedulerConfig scheduler_config(const Workload& w) {
           .max_model_len = w.model.max_model_len,
           .enable_chunked_prefill = w.engine.enable_chunked_prefill,
           .max_num_partial_prefills = w.engine.max_num_partial_prefills,
+          .step_composition = w.engine.step_composition,
           .enable_prefix_caching = w.engine.enable_prefix_caching};
 }
 

@@ -100,6 +100,7 @@ struct EngineSpec {
   int32_t max_num_batched_tokens = SchedulerConfig{}.max_num_batched_tokens;      // per-step token budget
   bool enable_chunked_prefill = SchedulerConfig{}.enable_chunked_prefill;         // stage 2 (false: stage 1)
   int32_t max_num_partial_prefills = SchedulerConfig{}.max_num_partial_prefills;  // prompts part-way at once
+  StepComposition step_composition = SchedulerConfig{}.step_composition;          // stage 1: mixed, or prompts_or_decodes
   bool enable_prefix_caching = SchedulerConfig{}.enable_prefix_caching;           // stage 3 (false: stage 2)
   int32_t block_size = kDefaultBlockSize;
   int64_t num_kv_blocks = 0;              // 0: derived from kv_memory_gb or device memory

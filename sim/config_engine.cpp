@@ -15,7 +15,7 @@ EngineSpec parse_engine(const Field& f) {
   f.expect_map({"policy", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
                 "max_num_partial_prefills", "enable_prefix_caching", "block_size", "num_kv_blocks", "kv_memory_gb",
                 "gpu_memory_utilization", "state_slots", "deterministic", "tp", "cuda_graph", "cuda_attention",
-                "cuda_row_kernels", "cuda_gemm", "data_parallel"});
+                "cuda_row_kernels", "cuda_gemm", "data_parallel", "step_composition"});
   const std::string pol = f.get_string("policy", "continuous");
   if (pol == "continuous")
     e.policy = BatchingPolicy::Continuous;
@@ -29,6 +29,18 @@ EngineSpec parse_engine(const Field& f) {
   if (f.has("enable_chunked_prefill")) e.enable_chunked_prefill = f["enable_chunked_prefill"].as_bool();
   e.max_num_partial_prefills = int32_t(f.get_int("max_num_partial_prefills", e.max_num_partial_prefills, 1, 1 << 20));
   if (f.has("enable_prefix_caching")) e.enable_prefix_caching = f["enable_prefix_caching"].as_bool();
+  const std::string comp = f.get_string("step_composition", std::string(to_string(e.step_composition)));
+  if (comp == "mixed")
+    e.step_composition = StepComposition::Mixed;
+  else if (comp == "prompts_or_decodes")
+    e.step_composition = StepComposition::PromptsOrDecodes;
+  else
+    f["step_composition"].fail(fmt::format("unknown step composition '{}' (known: mixed, prompts_or_decodes)", comp));
+  // vLLM v0 itself mixed decodes into chunked steps: the prompts-or-decodes baseline is unchunked.
+  if (e.step_composition == StepComposition::PromptsOrDecodes && e.enable_chunked_prefill)
+    f["step_composition"].fail(
+        "prompts_or_decodes (a step runs waiting prompts or decodes, never both) is a stage 1 baseline: it needs "
+        "engine.enable_chunked_prefill: false");
   // A chunk shorter than a block would make every prompt crawl a few tokens a step: refused.
   if (e.enable_chunked_prefill && e.max_num_batched_tokens < e.block_size)
     f[f.has("max_num_batched_tokens") ? "max_num_batched_tokens" : "block_size"].fail(fmt::format(
@@ -84,6 +96,8 @@ YAML::Node engine_yaml(const EngineSpec& e) {
   n["max_num_batched_tokens"] = e.max_num_batched_tokens;
   n["enable_chunked_prefill"] = e.enable_chunked_prefill;
   n["max_num_partial_prefills"] = e.max_num_partial_prefills;
+  // Absent at mixed (the default): stage 1-4 files read and print as before.
+  if (e.step_composition != StepComposition::Mixed) n["step_composition"] = std::string(to_string(e.step_composition));
   n["enable_prefix_caching"] = e.enable_prefix_caching;
   n["block_size"] = e.block_size;
   n["num_kv_blocks"] = e.resolved_kv_blocks;

@@ -110,6 +110,32 @@ void MetricsRecorder::on_step(Duration elapsed, int32_t used, int32_t capacity, 
   ++steps_;
 }
 
+Attainment slo_attainment(std::span<const Request> reqs, const SloSpec& slo) {
+  Attainment a;
+  a.requests = int64_t(reqs.size());
+  a.has_ttft = slo.ttft_ms > 0;
+  a.has_tpot = slo.tpot_ms > 0;
+  a.slo_ttft_ms = slo.ttft_ms;
+  a.slo_tpot_ms = slo.tpot_ms;
+  for (const Request& r : reqs) {
+    if (r.status != RequestStatus::Finished) {
+      ++a.not_finished;
+      continue;
+    }
+    const bool ttft_ok = to_ms(r.first_token - r.arrival) <= slo.ttft_ms;
+    const bool tpot_ok = r.generated <= 1 || to_ms(r.last_token - r.first_token) / (r.generated - 1) <= slo.tpot_ms;
+    a.ttft_met += a.has_ttft && ttft_ok;
+    a.tpot_met += a.has_tpot && tpot_ok;
+    a.both_met += (!a.has_ttft || ttft_ok) && (!a.has_tpot || tpot_ok);
+  }
+  if (a.requests > 0) {
+    a.ttft = double(a.ttft_met) / double(a.requests);
+    a.tpot = double(a.tpot_met) / double(a.requests);
+    a.both = double(a.both_met) / double(a.requests);
+  }
+  return a;
+}
+
 Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload& w, const RunEnd& end) const {
   Summary s;
   s.workload = w.name;
@@ -184,6 +210,7 @@ Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload
   }
   s.goodput_fraction = s.finished ? double(good) / double(s.finished) : 0.0;
   s.has_slo = w.slo.any();
+  if (s.has_slo) s.attainment = slo_attainment(reqs, w.slo);
   s.slo_ttft_ms = w.slo.ttft_ms;
   s.slo_tpot_ms = w.slo.tpot_ms;
   s.prefix_enabled = w.engine.enable_prefix_caching;

@@ -109,6 +109,22 @@ struct DisaggregationFigures {
   Percentiles ttft_after_transfer_ms;  // arrival -> transfer end, finished requests
 };
 
+// SLO attainment as DistServe- and Splitwise-style figures define it: the share of ALL the
+// workload's requests that met a bound. A request that failed, was cancelled or had not finished
+// when the run ended counts as a miss (goodput.fraction divides by finished requests instead).
+// TTFT = first token - arrival; TPOT = (last token - first token) / (output tokens - 1), so a
+// request with one output token has no TPOT and meets any TPOT bound. A bound the workload does
+// not set (slo.ttft_ms or slo.tpot_ms absent) has no attainment; `both` is every bound set.
+struct Attainment {
+  int64_t requests = 0;      // the denominator: every request of the workload
+  int64_t not_finished = 0;  // failed, cancelled or unfinished: misses whatever the bounds
+  bool has_ttft = false, has_tpot = false;
+  double slo_ttft_ms = 0, slo_tpot_ms = 0;
+  int64_t ttft_met = 0, tpot_met = 0, both_met = 0;
+  double ttft = 0, tpot = 0, both = 0;  // met / requests (0 without requests)
+};
+Attainment slo_attainment(std::span<const Request> reqs, const SloSpec& slo);
+
 struct Summary {
   std::string workload, policy, backend;
   Percentiles ttft_ms, tpot_ms, itl_ms, e2e_ms, queue_ms;
@@ -134,7 +150,8 @@ struct Summary {
   int64_t kv_blocks = 0;
   bool has_slo = false;
   double slo_ttft_ms = 0, slo_tpot_ms = 0;
-  double goodput_requests_per_s = 0, goodput_fraction = 0;
+  double goodput_requests_per_s = 0, goodput_fraction = 0;  // fraction: of finished requests
+  Attainment attainment;                                     // over all requests (has_slo only)
   int64_t steps = 0;
   double sim_s = 0, wall_s = 0, makespan_s = 0;
   int64_t peak_rss_kb = 0;

@@ -50,6 +50,7 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
   j["engine"] = {{"enable_chunked_prefill", w.engine.enable_chunked_prefill},
                  {"max_num_batched_tokens", w.engine.max_num_batched_tokens},
                  {"max_num_partial_prefills", w.engine.max_num_partial_prefills},
+                 {"step_composition", std::string(to_string(w.engine.step_composition))},
                  {"max_num_seqs", w.engine.max_num_seqs},
                  {"enable_prefix_caching", w.engine.enable_prefix_caching},
                  {"block_size", w.engine.block_size}};
@@ -84,6 +85,7 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
                     {"slo_tpot_ms", s.slo_tpot_ms},
                     {"requests_per_s", s.goodput_requests_per_s},
                     {"fraction", s.goodput_fraction}};
+  if (s.has_slo) j["attainment"] = attainment_json(s.attainment);
   if (!s.instances.empty()) {
     nlohmann::json in = nlohmann::json::array();
     for (const InstanceFigures& f : s.instances)
@@ -232,6 +234,26 @@ std::string first_token_text(const nlohmann::json& l) {
   return "unknown (a summary.json from before tandem recorded where the first token came from)";
 }
 
+// summary.json's `attainment`: each bound the workload sets, then both, over every request.
+nlohmann::json attainment_json(const Attainment& a) {
+  nlohmann::json j = {{"denominator", "all requests; failed, cancelled and unfinished ones count as misses"},
+                      {"requests", a.requests},
+                      {"not_finished", a.not_finished}};
+  if (a.has_ttft) j["ttft"] = {{"slo_ms", a.slo_ttft_ms}, {"met", a.ttft_met}, {"fraction", a.ttft}};
+  if (a.has_tpot) j["tpot"] = {{"slo_ms", a.slo_tpot_ms}, {"met", a.tpot_met}, {"fraction", a.tpot}};
+  j["both"] = {{"met", a.both_met}, {"fraction", a.both}};
+  return j;
+}
+
+std::string attainment_text(const Attainment& a) {
+  std::string s = fmt::format("SLO attainment over all {} requests ({} not finished count as misses):", a.requests,
+                              a.not_finished);
+  if (a.has_ttft) s += fmt::format(" TTFT<={}ms {:.1f}% ({})", a.slo_ttft_ms, 100 * a.ttft, a.ttft_met);
+  if (a.has_tpot) s += fmt::format("{} TPOT<={}ms {:.1f}% ({})", a.has_ttft ? "," : "", a.slo_tpot_ms, 100 * a.tpot, a.tpot_met);
+  if (a.has_ttft && a.has_tpot) s += fmt::format(", both {:.1f}% ({})", 100 * a.both, a.both_met);
+  return s;
+}
+
 void print_summary(std::ostream& os, const Summary& s) {
   fmt::print(os, "workload {}  policy {}  backend {}\n", s.workload, s.policy, s.backend);
   const nlohmann::json layout = layout_json(s.layout);
@@ -254,6 +276,7 @@ void print_summary(std::ostream& os, const Summary& s) {
   if (s.has_slo)
     fmt::print(os, "goodput {:.3f} req/s ({:.1f}% of finished meet ttft<={}ms tpot<={}ms)\n", s.goodput_requests_per_s,
                100 * s.goodput_fraction, s.slo_ttft_ms, s.slo_tpot_ms);
+  if (s.has_slo) fmt::print(os, "{}\n", attainment_text(s.attainment));
   if (s.instances.size() <= 1)
     fmt::print(os, "KV cache {} blocks: mean use {:.1f}%, peak {:.1f}%   jitter {:.2f} ms\n", s.kv_blocks,
                100 * s.kv_mean_util, 100 * s.kv_peak_util, s.jitter_ms);

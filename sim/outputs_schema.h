@@ -35,6 +35,9 @@ inline constexpr const char* kStepsCsvRoleColumn = "role";
 
 nlohmann::json summary_json(const Summary& s, const Workload& w);
 void print_summary(std::ostream& os, const Summary& s);
+// summary.json's `attainment` object and the stdout line for it (Attainment, sim/metrics.h).
+nlohmann::json attainment_json(const Attainment& a);
+std::string attainment_text(const Attainment& a);
 
 // summary.json's `layout` object, and the words for it (from the object, so that `tandem compare`
 // says of a file what `tandem run` said of the run). A null or absent layout (a summary.json

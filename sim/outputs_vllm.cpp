@@ -427,6 +427,20 @@ bool VllmResult::write(const Engine& e, const Summary& s, const Workload& w) {
     out.field_number(fmt::format("std_{}_ms", names[i]), per_metric[i].std);
     out.field_number(fmt::format("p99_{}_ms", names[i]), per_metric[i].p99);
   }
+  // tandem's own keys after vLLM's (as `vllm bench serve --metadata` adds keys): SLO attainment
+  // over all num_prompts requests, failed ones counting as misses; null without that bound.
+  const Attainment& a = s.attainment;
+  auto fraction = [&](const char* k, bool has, double v) {
+    out.key(k);
+    if (s.has_slo && has)
+      out.number(v);
+    else
+      out.value(nullptr);
+  };
+  fraction("slo_attainment_ttft", a.has_ttft, a.ttft);
+  fraction("slo_attainment_tpot", a.has_tpot, a.tpot);
+  fraction("slo_attainment", true, a.both);
+  out.field_integer("slo_attainment_denominator", s.total);
   const bool ok = out.close();
   return ok && !failed_;
 }

@@ -72,6 +72,10 @@ expect 0 "cuda_attention: mma_split" -- validate "$src/workloads/cuda_llama3_8b.
 expect 0 "cuda_row_kernels: v2" -- validate "$src/workloads/cuda_llama3_8b.yaml" --set engine.cuda_row_kernels=v2
 expect 0 "cuda_gemm: own" -- validate "$src/workloads/cuda_llama3_8b.yaml" --set engine.cuda_gemm=own
 expect 2 "field 'engine.cuda_gemm': unknown GEMM choice 'cutlass' \\(known: pinned, own\\)" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_gemm=cutlass
+# Stage 1's step composition: an unknown value lists the known ones; the vLLM v0 baseline is unchunked.
+expect 2 "field 'engine.step_composition': unknown step composition 'orca' \\(known: mixed, prompts_or_decodes\\)" -- validate "$src/workloads/quickstart.yaml" --set engine.enable_chunked_prefill=false --set engine.step_composition=orca
+expect 2 "field 'engine.step_composition': .*needs engine.enable_chunked_prefill: false" -- validate "$src/workloads/quickstart.yaml" --set engine.step_composition=prompts_or_decodes
+expect 0 "step_composition: prompts_or_decodes" -- validate "$src/workloads/quickstart.yaml" --set engine.enable_chunked_prefill=false --set engine.step_composition=prompts_or_decodes
 expect 2 "field 'engine.cuda_graph': expected true or false" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_graph=sometimes
 expect 2 "--clock wall needs a real backend" -- run "$src/workloads/quickstart.yaml" --clock wall
 expect 2 "unknown command 'frobnicate'" -- frobnicate
@@ -94,6 +98,8 @@ expect 2 "expected a JSON object" -- compare "$tmp/arr" "$tmp/arr"
 
 # A run writes the contract files.
 expect 0 "TTFT ms" -- run "$src/workloads/quickstart.yaml" --set requests.count=50 --out "$tmp/a"
+# SLO attainment over all requests: requests longer than the model's context fail and are misses.
+expect 0 "SLO attainment over all 50 requests \\([1-9][0-9]* not finished count as misses\\): TTFT<=500ms [0-9.]+% \\([0-9]+\\), TPOT<=50ms [0-9.]+% \\([0-9]+\\), both" -- run "$src/workloads/quickstart.yaml" --set requests.count=50 --set 'model={preset: llama3-8b, max_model_len: 1200}'
 expect 0 "" -- run "$src/workloads/quickstart.yaml" --set requests.count=50 --set engine.policy=static --out "$tmp/b" --quiet
 for f in summary.json requests.csv steps.csv trace.json; do
   if [ ! -s "$tmp/a/$f" ]; then echo "FAIL: $f missing"; fails=$((fails + 1)); else passes=$((passes + 1)); fi
@@ -109,6 +115,11 @@ for key in ttft_ms tpot_ms itl_ms e2e_ms throughput requests prefix_cache backen
   if grep -q "\"$key\"" "$tmp/a/summary.json"; then passes=$((passes + 1)); else echo "FAIL: summary.json lacks $key"; fails=$((fails + 1)); fi
 done
 expect 0 "ttft_ms.p99 .*%" -- compare "$tmp/a" "$tmp/b"
+expect 0 "attainment.both.fraction .*%" -- compare "$tmp/a" "$tmp/b"
+check_attainment() { python3 -c 'import json, sys; a = json.load(open(sys.argv[1]))["attainment"]; sys.exit(not (a["requests"] == 50 and a["denominator"].startswith("all requests") and 0 <= a["both"]["met"] <= 50))' "$1"; }
+if command -v python3 >/dev/null; then
+  if check_attainment "$tmp/a/summary.json"; then passes=$((passes + 1)); else echo "FAIL: summary.json attainment"; fails=$((fails + 1)); fi
+fi
 # check NAME COMMAND...: one pass or fail by the command's exit status.
 check() {
   local name=$1

@@ -24,6 +24,7 @@ struct Cfg {
   Cfg& chunked(bool v) { return c.enable_chunked_prefill = v, *this; }
   Cfg& partials(int32_t v) { return c.max_num_partial_prefills = v, *this; }
   Cfg& caching(bool v) { return c.enable_prefix_caching = v, *this; }
+  Cfg& composition(StepComposition v) { return c.step_composition = v, *this; }
   operator SchedulerConfig() const { return c; }
 };
 inline std::vector<Request> make(std::vector<std::pair<int, int>> prompt_output) {

@@ -40,6 +40,7 @@ struct RefConfig {
   bool chunked = false;  // chunked prefill
   int max_partials = 1;  // prompts part-way at once after a step
   bool prefix_caching = false;
+  bool prompts_or_decodes = false;  // step composition (unchunked only): a step runs prompts, or decodes
 };
 
 struct RefSeq {
@@ -114,12 +115,18 @@ class ReferenceScheduler {
       budget -= n;
     };
     // Decodes: running requests past their prompt.
-    for (ReqId id : running_) {
-      Request& r = reqs_[id];
-      if (r.generated >= r.max_output || r.num_computed < r.prompt_len) continue;
-      const int n = r.prompt_len + r.generated - r.num_computed;
-      if (n <= budget) push(id, n);
-    }
+    auto decodes = [&] {
+      for (ReqId id : running_) {
+        Request& r = reqs_[id];
+        if (r.generated >= r.max_output || r.num_computed < r.prompt_len) continue;
+        const int n = r.prompt_len + r.generated - r.num_computed;
+        if (n <= budget) push(id, n);
+      }
+    };
+    // vLLM v0's composition: admission first with the whole budget; decodes only in a step
+    // that admitted nothing (the rest of this function, with no decode and no part-way prompt).
+    const bool prompts_first = c_.prompts_or_decodes;
+    if (!prompts_first) decodes();
     // Prompts part-way: found by scanning every running request. Each prompt chunk takes at
     // most the budget's share per allowed part-way prompt.
     const int cap = std::max(1, c_.budget / c_.max_partials);
@@ -188,6 +195,7 @@ class ReferenceScheduler {
       push(id, n);
       if (n < rest) ++partial_after;
     }
+    if (prompts_first && plan.empty()) decodes();
     in_flight_ = !plan.empty();
     last_plan_ = plan;
     return plan;

@@ -535,6 +535,26 @@ TEST_CASE("chunked prefill knobs: defaults, the resolved YAML round trip, and ba
             .model.max_model_len == 131072);
 }
 
+TEST_CASE("step composition: mixed by default, prompts_or_decodes reaches the scheduler and round-trips; bad input "
+          "names the field") {
+  const Workload w = parse_workload(kBase, "w.yaml");
+  CHECK(w.engine.step_composition == StepComposition::Mixed);
+  CHECK(to_yaml(w).find("step_composition") == std::string::npos);  // the default is not printed
+  const Workload v0 = parse_workload(
+      kBase, "w.yaml", {{"engine.enable_chunked_prefill", "false"}, {"engine.step_composition", "prompts_or_decodes"}});
+  CHECK(v0.engine.step_composition == StepComposition::PromptsOrDecodes);
+  CHECK(scheduler_config(v0).step_composition == StepComposition::PromptsOrDecodes);
+  CHECK(parse_workload(to_yaml(v0), "resolved.yaml").engine.step_composition == StepComposition::PromptsOrDecodes);
+  // Chunked prefill is on by default: the baseline is unchunked, and the error says so.
+  std::string e = error_of(kBase, {{"engine.step_composition", "prompts_or_decodes"}});
+  CHECK_MESSAGE(e.find("engine.step_composition") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("enable_chunked_prefill: false") != std::string::npos, e);
+  e = error_of(std::string(kBase) + "engine:\n  enable_chunked_prefill: false\n  step_composition: orca\n");
+  CHECK_MESSAGE(e.find("w.yaml:11:") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("'engine.step_composition'") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("known: mixed, prompts_or_decodes") != std::string::npos, e);
+}
+
 TEST_CASE("prefix caching knobs: on by default, the resolved YAML round trip, bad values naming the field") {
   Workload w = parse_workload(kBase, "w.yaml");
   CHECK(w.engine.enable_prefix_caching);  // on by default, as in vLLM v1

@@ -44,6 +44,8 @@ Case random_case(uint64_t seed) {
     c.reqs.push_back(r);
     c.arrive_at_step.push_back(int(rng.uniform_int(0, 40)));
   }
+  // Drawn last, so that the cases above are the ones earlier versions of this test drew.
+  c.cfg.prompts_or_decodes = !c.cfg.chunked && rng.uniform() < 0.5;
   return c;
 }
 
@@ -71,7 +73,8 @@ SchedulerConfig fast_config(const RefConfig& cfg) {
       .max_len(cfg.max_model_len)
       .chunked(cfg.chunked)
       .partials(cfg.max_partials)
-      .caching(cfg.prefix_caching);
+      .caching(cfg.prefix_caching)
+      .composition(cfg.prompts_or_decodes ? StepComposition::PromptsOrDecodes : StepComposition::Mixed);
 }
 
 // After every step: each request's status, progress and block table agree with the reference.
@@ -90,6 +93,7 @@ void require_same_requests(const std::vector<Request>& a, const std::vector<Requ
 
 TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 random workloads, chunked and not") {
   int64_t total_steps = 0, total_admitted = 0, mid_prompt_chunks = 0, mid_prompt_cancels = 0;
+  int64_t stalled_decodes = 0;  // prompts_or_decodes: running requests left out of a prompt step
   for (uint64_t seed = 1; seed <= 600; ++seed) {
     Case c = random_case(seed);
     std::vector<Request> a = c.reqs, b = c.reqs;
@@ -98,9 +102,10 @@ TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 rand
     Scheduler fast(sc, a, kv);
     ReferenceScheduler ref(c.cfg, b);
     Rng rng(seed * 7919);
-    INFO(fmt::format("seed {} static={} blocks={}x{} seqs={} budget={} slots={} chunked={} partials={}", seed,
-                     c.cfg.static_batching, c.cfg.num_blocks, c.cfg.block_size, c.cfg.max_num_seqs, c.cfg.budget,
-                     c.cfg.state_slots, c.cfg.chunked, c.cfg.max_partials));
+    INFO(fmt::format("seed {} static={} blocks={}x{} seqs={} budget={} slots={} chunked={} partials={} "
+                     "prompts_or_decodes={}",
+                     seed, c.cfg.static_batching, c.cfg.num_blocks, c.cfg.block_size, c.cfg.max_num_seqs, c.cfg.budget,
+                     c.cfg.state_slots, c.cfg.chunked, c.cfg.max_partials, c.cfg.prompts_or_decodes));
     for (int step = 0; step < 5000; ++step) {
       for (size_t i = 0; i < a.size(); ++i)
         if (c.arrive_at_step[i] == step) REQUIRE(fast.add_request(ReqId(i), step) == ref.add(ReqId(i)));
@@ -114,6 +119,10 @@ TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 rand
       const auto rp = ref.schedule();
       REQUIRE(to_ref(p) == rp);
       total_admitted += p.num_prefill_seqs;
+      if (c.cfg.prompts_or_decodes && p.num_prefill_seqs > 0) {
+        REQUIRE(p.num_decode_seqs == 0);
+        stalled_decodes += fast.num_running() - int64_t(p.seqs.size());
+      }
       for (const ScheduledSeq& sq : p.seqs) mid_prompt_chunks += !sq.samples;
       // ... and sometimes while the step is in flight.
       if (rng.uniform() < 0.05) {
@@ -139,7 +148,9 @@ TEST_CASE("differential: O(1) admission scheduler == naive reference on 600 rand
     for (const Request& r : a) REQUIRE_FALSE(r.alive());
   }
   MESSAGE("compared ", total_steps, " steps, ", total_admitted, " prefill seqs, ", mid_prompt_chunks,
-          " chunks that stop mid-prompt, ", mid_prompt_cancels, " cancellations of a part-way prompt");
+          " chunks that stop mid-prompt, ", mid_prompt_cancels, " cancellations of a part-way prompt, ",
+          stalled_decodes, " decodes stalled behind prompts (prompts_or_decodes)");
+  CHECK(stalled_decodes > 100);
   CHECK(total_steps > 10000);
   CHECK(mid_prompt_chunks > 1000);
   CHECK(mid_prompt_cancels > 20);
@@ -239,6 +250,7 @@ CacheCase random_cache_case(uint64_t seed) {
                            ? std::vector<BlockHash>{}
                            : chain_hashes(p, c.cfg.block_size));
   }
+  c.cfg.prompts_or_decodes = !c.cfg.chunked && rng.uniform() < 0.5;  // drawn last, as above
   return c;
 }
 
@@ -266,9 +278,10 @@ TEST_CASE(
     ReferenceScheduler ref(c.cfg, b);
     Rng rng(seed * 7919 + 1);
     INFO(fmt::format(
-        "seed {} caching={} static={} blocks={}x{} seqs={} budget={} slots={} chunked={} partials={} reqs={}", seed,
-        c.cfg.prefix_caching, c.cfg.static_batching, c.cfg.num_blocks, c.cfg.block_size, c.cfg.max_num_seqs,
-        c.cfg.budget, c.cfg.state_slots, c.cfg.chunked, c.cfg.max_partials, a.size()));
+        "seed {} caching={} static={} blocks={}x{} seqs={} budget={} slots={} chunked={} partials={} reqs={} "
+        "prompts_or_decodes={}",
+        seed, c.cfg.prefix_caching, c.cfg.static_batching, c.cfg.num_blocks, c.cfg.block_size, c.cfg.max_num_seqs,
+        c.cfg.budget, c.cfg.state_slots, c.cfg.chunked, c.cfg.max_partials, a.size(), c.cfg.prompts_or_decodes));
     auto cancel_someone = [&](int step) {
       const ReqId v = victim(rng, fast, a.size());
       const bool mid_prompt = a[size_t(v)].status == RequestStatus::Running && a[size_t(v)].prefilling();

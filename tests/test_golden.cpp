@@ -118,6 +118,47 @@ TEST_CASE("golden (stage 1): static vs continuous batching, and continuous at se
   }
 }
 
+namespace {
+// What a run's steps carried: steps with both prompts and decodes, and running requests left out
+// of a step that ran prompts (decodes stalled behind them; unchunked, every other running
+// request is ready to decode).
+struct CompositionCount : run_observer_i {
+  int64_t mixed_steps = 0, stalled_decodes = 0, steps = 0;
+  void on_step(const StepRecord& r) override {
+    ++steps;
+    mixed_steps += r.plan->num_prefill_seqs > 0 && r.plan->num_decode_seqs > 0;
+    if (r.plan->num_prefill_seqs > 0) stalled_decodes += r.running - int64_t(r.plan->seqs.size());
+  }
+};
+}  // namespace
+
+// Stage 1's step composition: vLLM v0's prompts-or-decodes steps against the default mixed
+// steps. The mixed runs must really have mixed and the prompts-or-decodes runs really stalled
+// decodes, else the comparison would prove nothing.
+TEST_CASE("golden (stage 1): step composition prompts_or_decodes vs mixed, token-identical at TP 1 and 2") {
+  const std::string wl = source_path("workloads/golden_small.yaml");
+  const Override pod{"engine.step_composition", "prompts_or_decodes"};
+  for (const std::string tp : {"1", "2"}) {
+    CAPTURE(tp);
+    for (const std::string seats : {"16", "4"}) {
+      CAPTURE(seats);
+      const std::vector<Override> common = {kNoChunking, {"engine.tp", tp}, {"engine.max_num_seqs", seats}};
+      CompositionCount mixed, stalled;
+      const auto base = golden_observed(wl, common, mixed);
+      std::vector<Override> o = common;
+      o.push_back(pod);
+      const std::string d = first_divergence(base, golden_observed(wl, o, stalled));
+      CHECK_MESSAGE(d.empty(), "tp ", tp, ", ", seats, " seats, prompts_or_decodes vs mixed: ", d);
+      CHECK(mixed.mixed_steps > 0);
+      CHECK(stalled.mixed_steps == 0);
+      CHECK(stalled.stalled_decodes > 0);
+      MESSAGE("tp ", tp, ", ", seats, " seats: mixed ", mixed.steps, " steps (", mixed.mixed_steps,
+              " with prompts and decodes); prompts_or_decodes ", stalled.steps, " steps, ", stalled.stalled_decodes,
+              " decodes stalled behind prompts; identical");
+    }
+  }
+}
+
 TEST_CASE("golden x TP (CPU, in-process ranks): static vs continuous token-identical at TP 2 and 4") {
   const std::string wl = source_path("workloads/golden_small.yaml");
   for (const std::string tp : {"2", "4"}) {

@@ -25,6 +25,8 @@ TANDEM = SOURCE = None
 SAMPLES = "tests/data/vllm"
 E2EL_KEYS = ["mean_e2el_ms", "median_e2el_ms", "std_e2el_ms", "p99_e2el_ms"]
 ARRAYS = ["input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors"]
+# tandem's keys after vLLM's (as `--metadata` adds keys): SLO attainment over all requests.
+TANDEM_KEYS = ["slo_attainment_ttft", "slo_attainment_tpot", "slo_attainment", "slo_attainment_denominator"]
 
 
 def load(path):
@@ -124,6 +126,8 @@ class VllmResultTest(unittest.TestCase):
         cls.failing = Run(failing)
 
     def assert_shape(self, got, sample, note):
+        self.assertEqual(list(got)[-len(TANDEM_KEYS):], TANDEM_KEYS, f"{note}: tandem's keys are not last")
+        got = {k: v for k, v in got.items() if k not in TANDEM_KEYS}
         self.assertEqual(list(got), list(sample), f"{note}: keys or their order differ from the sample's")
         for k, v in sample.items():
             want = json_type(v)
@@ -233,6 +237,16 @@ class VllmResultTest(unittest.TestCase):
             self.assertEqual((r["output_lens"][i], r["ttfts"][i], r["itls"][i]), (0, 0.0, []))
             self.assertEqual(r["input_lens"][i], int(row["prompt_len"]))
         self.assertIn("exceeds_max_model_len", r["errors"])
+        # Attainment divides by every request, failed and cancelled ones counting as misses.
+        att = s["attainment"]
+        self.assertEqual(r["slo_attainment_denominator"], r["num_prompts"])
+        self.assertEqual(att["requests"], r["num_prompts"])
+        self.assertEqual(att["not_finished"], r["failed"])
+        for key, name in (("slo_attainment_ttft", "ttft"), ("slo_attainment_tpot", "tpot"), ("slo_attainment", "both")):
+            self.assertTrue(close(r[key], att[name]["fraction"]), key)
+            self.assertTrue(close(r[key] * r["num_prompts"], att[name]["met"]), key)
+            self.assertLessEqual(att[name]["met"], r["completed"], key)
+        self.assertLess(r["slo_attainment"], s["goodput"]["fraction"])  # goodput.fraction: of finished only
         finished = [row for row in rows if row["status"] == "finished"]
         self.assertEqual(r["total_input_tokens"], sum(int(row["prompt_len"]) for row in finished))
         self.assertEqual(r["total_output_tokens"], sum(int(row["output_len"]) for row in finished))

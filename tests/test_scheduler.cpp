@@ -47,6 +47,96 @@ TEST_CASE("continuous: head-of-line request blocks the queue (no overtaking)") {
   CHECK(p2.num_prefill_seqs == 2);
 }
 
+// vLLM v0's step composition, step by step: a prompt that can be admitted takes the step alone
+// and every running decode waits for it; a step with nothing to admit runs the decodes.
+TEST_CASE("prompts_or_decodes: decodes stall while a waiting prompt runs, and resume the step after") {
+  auto reqs = make({{20, 4}, {30, 4}, {10, 4}, {500, 2}});
+  KvCache kv(1000, 16, -1, 4);
+  Scheduler s(
+      Cfg(BatchingPolicy::Continuous, 8, 100).chunked(false).composition(StepComposition::PromptsOrDecodes), reqs,
+      kv);
+  REQUIRE(s.add_request(0, 0));
+  const StepPlan& p0 = s.schedule(0);  // request 0's prompt
+  REQUIRE(p0.seqs.size() == 1);
+  CHECK(p0.num_prefill_seqs == 1);
+  s.complete_step(1);
+  CHECK(reqs[0].generated == 1);
+  const StepPlan& p1 = s.schedule(1);  // nothing waits: request 0 decodes
+  REQUIRE(p1.seqs.size() == 1);
+  CHECK(p1.num_decode_seqs == 1);
+  s.complete_step(2);
+  // Two prompts arrive: both take the next step (30 + 10 tokens fit the budget of 100), and
+  // request 0, ready to decode, is left out of it.
+  REQUIRE(s.add_request(1, 2));
+  REQUIRE(s.add_request(2, 2));
+  const StepPlan& p2 = s.schedule(2);
+  REQUIRE(p2.seqs.size() == 2);
+  CHECK(p2.num_decode_seqs == 0);
+  CHECK(p2.num_prefill_seqs == 2);
+  CHECK(p2.seqs[0].id == 1);
+  CHECK(p2.seqs[1].id == 2);
+  CHECK(s.num_running() == 3);  // request 0 still holds its seat and its KV
+  s.complete_step(3);
+  CHECK(reqs[0].generated == 2);  // stalled: no token in that step
+  const StepPlan& p3 = s.schedule(3);  // all three decode together
+  CHECK(p3.seqs.size() == 3);
+  CHECK(p3.num_decode_seqs == 3);
+  s.complete_step(4);
+  // A prompt over the budget could never run unchunked: it fails at arrival and stalls nobody.
+  CHECK_FALSE(s.add_request(3, 4));
+  CHECK(reqs[3].fail_reason == FailReason::PromptOverBudget);
+  CHECK(s.schedule(4).num_decode_seqs == 3);
+}
+
+TEST_CASE("prompts_or_decodes vs mixed: the same arrivals, the mixed step carries the decode with the prompt") {
+  for (const StepComposition c : {StepComposition::Mixed, StepComposition::PromptsOrDecodes}) {
+    CAPTURE(to_string(c));
+    auto reqs = make({{20, 3}, {30, 3}});
+    KvCache kv(1000, 16, -1, 2);
+    Scheduler s(Cfg(BatchingPolicy::Continuous, 8, 100).chunked(false).composition(c), reqs, kv);
+    s.add_request(0, 0);
+    s.schedule(0);
+    s.complete_step(1);
+    s.add_request(1, 1);
+    const StepPlan& p = s.schedule(1);
+    CHECK(p.num_prefill_seqs == 1);
+    CHECK(p.num_decode_seqs == (c == StepComposition::Mixed ? 1 : 0));
+    s.complete_step(2);
+    // Both finish; the stalled decode finishes one step later.
+    const int steps = 2 + drain(s, 2);
+    CHECK(reqs[0].status == RequestStatus::Finished);
+    CHECK(reqs[1].status == RequestStatus::Finished);
+    CHECK(reqs[0].finish == (c == StepComposition::Mixed ? 2 : 3));
+    CHECK(steps == 4);
+  }
+}
+
+TEST_CASE("prompts_or_decodes: a prompt that finds no seat or no KV lets the decodes run") {
+  auto reqs = make({{16, 8}, {16, 8}, {16, 8}});
+  KvCache kv(3, 16, -1, 3);  // request 0's life takes 2 blocks; request 1 would need 2 more
+  Scheduler s(
+      Cfg(BatchingPolicy::Continuous, 8, 100).chunked(false).composition(StepComposition::PromptsOrDecodes), reqs,
+      kv);
+  s.add_request(0, 0);
+  s.schedule(0);
+  s.complete_step(1);
+  s.add_request(1, 1);
+  const StepPlan& p = s.schedule(1);
+  REQUIRE(p.seqs.size() == 1);
+  CHECK(p.seqs[0].id == 0);  // the decode runs: the waiting prompt cannot be admitted
+  CHECK(p.num_decode_seqs == 1);
+  CHECK(s.num_waiting() == 1);
+}
+
+TEST_CASE("prompts_or_decodes needs chunked prefill off") {
+  auto reqs = make({{16, 1}});
+  KvCache kv(10, 16, -1, 1);
+  CHECK_THROWS_AS(
+      Scheduler(Cfg(BatchingPolicy::Continuous, 8, 100).chunked(true).composition(StepComposition::PromptsOrDecodes),
+                reqs, kv),
+      std::invalid_argument);
+}
+
 TEST_CASE("static: the batch leaves together and nobody joins while it runs") {
   auto reqs = make({{8, 1}, {8, 3}, {8, 1}});
   KvCache kv(100, 4, -1, 3);
