@@ -18,8 +18,10 @@ AnalyticalCostModel::AnalyticalCostModel(const ModelSpec& m, const HardwareSpec&
   kv_bytes_per_token_ = m.kv_bytes_per_token();
   // QK^T and PV: 2 FLOPs each per (query, key) pair, per head dim, per head, per layer.
   attn_flops_per_pair_ = 4.0 * m.layers * m.heads * m.head_dim();
-  // Activations in and out of each layer's GEMMs: small next to the weights, but counted.
-  act_bytes_per_token_ = 2.0 * m.layers * (4.0 * m.hidden + 2.0 * m.ffn) * m.dtype_bytes();
+  // Activations in and out of each layer's GEMMs: small next to the weights, but counted. The
+  // MLP's intermediate is written and read once per matrix before down (SwiGLU: gate and up; a
+  // two-matrix MLP: up).
+  act_bytes_per_token_ = 2.0 * m.layers * (4.0 * m.hidden + (m.mlp_matrices() - 1.0) * m.ffn) * m.dtype_bytes();
 }
 
 PlanFeatures plan_features(const StepPlan& plan) {

@@ -47,8 +47,9 @@ struct CudaExecutorOptions {
 // The module's version of this boundary. Bump it whenever CudaModuleApi, CudaExecutorOptions or
 // anything they pass by reference changes shape: the loader refuses a module of another version
 // (a stale tandem-cuda.so beside a newer binary) instead of calling into it.
-// 2: CudaExecutorOptions.attention (was bool mma_attention); 3: kv_channel_i::abort takes the abort time.
-constexpr uint32_t kCudaModuleAbi = 3;
+// 2: CudaExecutorOptions.attention (was bool mma_attention); 3: kv_channel_i::abort takes the abort time;
+// 4: ModelSpec (passed to make_executor) gained mlp and positions.
+constexpr uint32_t kCudaModuleAbi = 4;
 constexpr const char* kCudaModuleEntry = "tandem_cuda_module";  // extern "C" CudaModuleEntryFn
 constexpr const char* kCudaModuleFile = "tandem-cuda.so";
 constexpr const char* kCudaModuleEnv = "TANDEM_CUDA_MODULE";  // a path that overrides the lookup

@@ -15,7 +15,7 @@ struct ModelSpec {
   int32_t hidden = 0;
   int32_t heads = 0;
   int32_t kv_heads = 0;
-  int32_t ffn = 0;  // SwiGLU intermediate size
+  int32_t ffn = 0;  // MLP intermediate size (SwiGLU's gate/up width; a two-matrix MLP's up width)
   int32_t vocab = 0;
   std::string dtype = "bf16";
   int32_t max_model_len = 0;
@@ -23,13 +23,29 @@ struct ModelSpec {
   double rms_norm_eps = 1e-5;
   bool tie_embeddings = false;  // LM head shares the embedding matrix
   std::string checkpoint;       // Hugging Face folder (config.json + *.safetensors); empty: dummy weights
+  // The MLP: "swiglu" (Llama, Mistral, Yi: gate, up and down matrices) or a two-matrix MLP with an
+  // elementwise activation, "gelu" (Falcon, GPT-style) or "relu" (OPT): up and down only. The
+  // activation itself is not priced (elementwise, next to the GEMMs), so gelu and relu cost the same.
+  std::string mlp = "swiglu";
+  // "rope" (rotary: no weights) or "learned" (OPT, GPT-2: a max_model_len x hidden table, held
+  // whole on every rank, gathered per token, never streamed through a GEMM).
+  std::string positions = "rope";
+
+  // The MLP's weight matrices per layer (each hidden x ffn).
+  int32_t mlp_matrices() const { return mlp == "swiglu" ? 3 : 2; }
+  // The decoder the real backends implement (backend/cpu/llama.h, backend/cuda): SwiGLU and RoPE.
+  bool llama_decoder() const { return mlp == "swiglu" && positions == "rope"; }
 
   int32_t head_dim() const { return hidden / heads; }
   int32_t dtype_bytes() const;
-  // Parameters of the linear layers of all decoder layers (q, k, v, o, gate, up, down).
+  // Parameters of the linear layers of all decoder layers (q, k, v, o, and the MLP's matrices:
+  // gate, up, down, or up, down). Biases (OPT) are left out: under 0.1% of these.
   double linear_params() const;
-  // Embedding + LM head (untied, as in Llama 3).
-  double embedding_params() const { return 2.0 * hidden * vocab; }
+  // What is not in a decoder layer's GEMMs: the token embedding and the LM head (one matrix when
+  // tied, as OPT's; two as Llama 3's), and a learned position table.
+  double embedding_params() const {
+    return (tie_embeddings ? 1.0 : 2.0) * hidden * vocab + (positions == "learned" ? double(max_model_len) * hidden : 0.0);
+  }
   double params() const { return linear_params() + embedding_params(); }
   double weight_bytes() const { return params() * dtype_bytes(); }
   // The weights one of `tp` ranks holds, at the model dtype or at `value_bytes` per element:
@@ -93,5 +109,15 @@ std::optional<ModelSpec> model_preset(const std::string& name);
 std::optional<HardwareSpec> hardware_preset(const std::string& name);
 std::string model_preset_names();
 std::string hardware_preset_names();
+
+// A named link for the prefill-decode channel (disaggregation.channel.link): nominal bandwidth
+// per direction and an assumed per-transfer latency; `source` says which is which.
+struct LinkPreset {
+  std::string name;
+  double bandwidth_gbs = 0, latency_us = 0;
+  std::string source;
+};
+std::optional<LinkPreset> link_preset(const std::string& name);
+std::string link_preset_names();
 
 }  // namespace tandem

@@ -166,6 +166,7 @@ struct ChannelSpec {
   std::string peer;             // tcp: HOST:PORT of a `tandem worker` already listening; empty: start one
   std::string secret_file;      // tcp: shared secret both sides prove (required off loopback)
   std::string profile;          // a measured channel (tandem calibrate --channel): its table, or bandwidth and latency
+  std::string link;             // a link preset (backend/specs.h LinkPreset) that gave bandwidth_gbs and latency_us
   // Measured transfer times by size (ChannelModel::table): given, the simulated backend prices a
   // transfer by it instead of latency + bytes / bandwidth.
   std::vector<ChannelPoint> table;

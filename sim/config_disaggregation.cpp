@@ -134,7 +134,8 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
     // Three ways to price a transfer: one given with --set replaces the file's others.
     const Field c = f["channel"].prefer_overrides({{"profile"}, {"table"}, {"bandwidth_gbs", "latency_us"}});
     c.expect_map(
-        {"kind", "bandwidth_gbs", "latency_us", "table", "layerwise", "timeout_ms", "peer", "secret_file", "profile"});
+        {"kind", "bandwidth_gbs", "latency_us", "table", "layerwise", "timeout_ms", "peer", "secret_file", "profile",
+         "link"});
     ChannelSpec& ch = d.channel;
     ch.kind = c.get_string("kind", ch.kind);
     const ChannelKind* kind = find_channel_kind(ch.kind);
@@ -150,6 +151,18 @@ DisaggregationSpec parse_disaggregation(const Field& f, const EngineSpec& engine
       ch.profile = c["profile"].as_path();
       c["profile"].require_file(ch.profile);
       read_channel_profile(c["profile"], ch);
+    }
+    // A named link (NVLink, PCIe, InfiniBand, Ethernet): its nominal bandwidth and assumed
+    // latency, each of which bandwidth_gbs or latency_us given beside it overrides.
+    if (c.has("link")) {
+      const std::string name = c["link"].as_string();
+      const std::optional<LinkPreset> l = link_preset(name);
+      if (!l) c["link"].fail(fmt::format("unknown link preset '{}' (known: {})", name, link_preset_names()));
+      if (c.has("profile") || c.has("table"))
+        c["link"].fail("give a link preset or a measured channel (profile, table), not both");
+      ch.link = name;
+      ch.bandwidth_gbs = l->bandwidth_gbs;
+      ch.latency_us = l->latency_us;
     }
     ch.bandwidth_gbs = c.get_double("bandwidth_gbs", ch.bandwidth_gbs, 1e-6, 1e6);
     ch.latency_us = c.get_double("latency_us", ch.latency_us, 0, 1e9);
@@ -203,6 +216,7 @@ YAML::Node disaggregation_yaml(const DisaggregationSpec& d) {
   n["decode"] = overrides_yaml(d.decode);
   YAML::Node c;
   c["kind"] = d.channel.kind;
+  if (!d.channel.link.empty()) c["link"] = d.channel.link;  // the numbers below as resolved (overrides included)
   if (d.channel.table.empty()) {
     c["bandwidth_gbs"] = yaml_number(d.channel.bandwidth_gbs);
     c["latency_us"] = yaml_number(d.channel.latency_us);

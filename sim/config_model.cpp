@@ -22,10 +22,10 @@ ModelSpec parse_model(const Field& f) {
     return *p;
   }
   f.expect_map({"preset", "name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "dtype", "max_model_len",
-                "rope_theta", "rms_norm_eps", "checkpoint"});
+                "rope_theta", "rms_norm_eps", "checkpoint", "mlp", "positions", "tie_embeddings"});
   if (f.has("checkpoint")) {  // shape from the checkpoint's config.json; weights loaded by the backend
-    for (const char* k :
-         {"preset", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "rope_theta", "rms_norm_eps"})
+    for (const char* k : {"preset", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "rope_theta",
+                          "rms_norm_eps", "mlp", "positions", "tie_embeddings"})
       if (f.has(k)) f[k].fail("comes from the checkpoint's config.json; remove it");
     m.checkpoint = f["checkpoint"].as_path();
     m.name = f.get_string("name", std::filesystem::path(m.checkpoint).filename().string());
@@ -64,6 +64,13 @@ ModelSpec parse_model(const Field& f) {
   m.dtype = f.get_string("dtype", m.dtype);
   m.rope_theta = f.get_double("rope_theta", m.rope_theta, 1, 1e12);
   m.rms_norm_eps = f.get_double("rms_norm_eps", m.rms_norm_eps, 1e-12, 1);
+  m.mlp = f.get_string("mlp", m.mlp);
+  if (m.mlp != "swiglu" && m.mlp != "gelu" && m.mlp != "relu")
+    f["mlp"].fail(fmt::format("unknown MLP '{}' (known: swiglu (gate, up, down), gelu and relu (up, down))", m.mlp));
+  m.positions = f.get_string("positions", m.positions);
+  if (m.positions != "rope" && m.positions != "learned")
+    f["positions"].fail(fmt::format("unknown positions '{}' (known: rope, learned)", m.positions));
+  if (f.has("tie_embeddings")) m.tie_embeddings = f["tie_embeddings"].as_bool();
   if (m.dtype != "bf16" && m.dtype != "fp16" && m.dtype != "fp32" && m.dtype != "fp8")
     f["dtype"].fail(fmt::format("unknown dtype '{}' (known: bf16, fp16, fp32, fp8)", m.dtype));
   if (m.hidden % m.heads != 0)
@@ -94,6 +101,11 @@ YAML::Node model_yaml(const ModelSpec& m) {
   } else {
     n["rope_theta"] = yaml_number(m.rope_theta);
     n["rms_norm_eps"] = yaml_number(m.rms_norm_eps);
+    // Absent at the Llama defaults (swiglu, rope, untied): those models print as before; the
+    // others read back to the same shape without their preset.
+    if (m.mlp != "swiglu") n["mlp"] = m.mlp;
+    if (m.positions != "rope") n["positions"] = m.positions;
+    if (m.tie_embeddings) n["tie_embeddings"] = true;
   }
   return n;
 }

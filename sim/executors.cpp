@@ -32,6 +32,11 @@ cuda::CudaExecutorOptions cuda_executor_options(const EngineSpec& e) {
 
 std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backend, const ExecutorFactory* cuda) {
   if (backend == "sim") return std::make_unique<SimExecutor>(make_cost_model(w.model, w.hardware, w.engine.tp));
+  if ((backend == "cpu" || backend == "cuda") && !w.model.llama_decoder())
+    throw InputError(fmt::format(
+        "--backend {}: model '{}' has a {} MLP and {} positions; the real backends compute the Llama decoder "
+        "(swiglu MLP, rope positions) only: simulate it (--backend sim)",
+        backend, w.model.name, w.model.mlp, w.model.positions));
   if (backend == "cpu") return cpu::make_cpu_executor(w.model, w.seed, cpu_executor_options(w.engine));
   if (backend == "cuda") {
     if (!cuda)

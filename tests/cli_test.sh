@@ -72,6 +72,11 @@ expect 0 "cuda_attention: mma_split" -- validate "$src/workloads/cuda_llama3_8b.
 expect 0 "cuda_row_kernels: v2" -- validate "$src/workloads/cuda_llama3_8b.yaml" --set engine.cuda_row_kernels=v2
 expect 0 "cuda_gemm: own" -- validate "$src/workloads/cuda_llama3_8b.yaml" --set engine.cuda_gemm=own
 expect 2 "field 'engine.cuda_gemm': unknown GEMM choice 'cutlass' \\(known: pinned, own\\)" -- validate "$src/workloads/cpu_tiny.yaml" --set engine.cuda_gemm=cutlass
+# Presets (#33): an unknown name lists the known ones; the real backends refuse a non-Llama MLP.
+expect 2 "field 'hardware': unknown hardware preset 'a100' \\(known: .*a100-40gb, a100-80gb, h100-sxm, h100-pcie, l40s" -- validate "$src/workloads/quickstart.yaml" --set hardware=a100
+expect 2 "field 'disaggregation.channel.link': unknown link preset 'ib800' \\(known: nvlink3, nvlink4, pcie4, pcie5, ib200, ib400, eth25, eth100\\)" -- validate "$src/workloads/quickstart.yaml" --set disaggregation.channel.link=ib800
+expect 2 "--backend cpu: model 'tiny' has a gelu MLP .*simulate it" -- run "$src/workloads/cpu_tiny.yaml" --backend cpu --set 'model={preset: tiny, mlp: gelu}'
+expect 0 "mlp: relu" -- validate "$src/workloads/quickstart.yaml" --set model=opt-66b --set hardware=h100-sxm --set engine.tp=4
 # Stage 1's step composition: an unknown value lists the known ones; the vLLM v0 baseline is unchunked.
 expect 2 "field 'engine.step_composition': unknown step composition 'orca' \\(known: mixed, prompts_or_decodes\\)" -- validate "$src/workloads/quickstart.yaml" --set engine.enable_chunked_prefill=false --set engine.step_composition=orca
 expect 2 "field 'engine.step_composition': .*needs engine.enable_chunked_prefill: false" -- validate "$src/workloads/quickstart.yaml" --set engine.step_composition=prompts_or_decodes

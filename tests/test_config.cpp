@@ -535,6 +535,62 @@ TEST_CASE("chunked prefill knobs: defaults, the resolved YAML round trip, and ba
             .model.max_model_len == 131072);
 }
 
+TEST_CASE("presets: the papers' cards and models; a wrong name lists the known ones; a model's MLP round-trips") {
+  for (const char* hw : {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "l40s"}) {
+    CAPTURE(hw);
+    const std::optional<HardwareSpec> h = hardware_preset(hw);
+    REQUIRE(h);
+    CHECK(h->source.find("datasheet") != std::string::npos);  // which numbers are the vendor's
+    CHECK(h->source.find("assumed") != std::string::npos);    // which are assumed
+  }
+  // An A100-80GB holds 80 GB: llama2-13b at tp 1 leaves 80 x 0.9 - 26.03 GB for KV.
+  const Workload a100 = parse_workload(kBase, "w.yaml", {{"model", "llama2-13b"}, {"hardware", "a100-80gb"}});
+  const double weights = model_preset("llama2-13b")->weight_bytes();
+  const double block = 16.0 * 2 * 40 * 40 * 128 * 2;  // tokens x K and V x layers x KV heads x head dim x fp16
+  CHECK(a100.engine.resolved_kv_blocks == int32_t((80e9 * 0.9 - weights) / block));
+  std::string e = error_of(kBase, {{"hardware", "a100"}});
+  CHECK_MESSAGE(e.find("known: h200, h200-pcie, h200-datasheet, a100-40gb, a100-80gb, h100-sxm, h100-pcie, l40s") !=
+                    std::string::npos,
+                e);
+  e = error_of(kBase, {{"model", "opt-1b"}});
+  CHECK_MESSAGE(e.find("opt-13b, opt-66b, opt-175b") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("falcon-180b") != std::string::npos, e);
+  // A preset's MLP and positions read back from the resolved YAML without the preset.
+  const Workload opt = parse_workload(kBase, "w.yaml",
+                                      {{"model", "opt-13b"}, {"hardware", "a100-80gb"}, {"requests.prompt_len", "100"}});
+  const Workload back = parse_workload(to_yaml(opt), "resolved.yaml");
+  CHECK(back.model.mlp == "relu");
+  CHECK(back.model.positions == "learned");
+  CHECK(back.model.tie_embeddings);
+  CHECK(back.model.params() == opt.model.params());
+  CHECK(to_yaml(a100).find("mlp:") == std::string::npos);  // Llama shapes print as before
+  e = error_of(
+      "seed: 1\nmodel: {preset: llama2-7b, mlp: geglu}\nhardware: h200\nrequests: {count: 1, arrival: {process: "
+      "burst}, prompt_len: 10, output_len: 2}\n");
+  CHECK_MESSAGE(e.find("'model.mlp'") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("known: swiglu") != std::string::npos, e);
+}
+
+TEST_CASE("channel link presets: a link gives the channel's bandwidth and latency; a wrong name lists them") {
+  const std::string pd = std::string(kBase) + "disaggregation: {enabled: true, channel: {kind: sim, link: ib200}}\n";
+  const Workload w = parse_workload(pd, "w.yaml");
+  CHECK(w.disaggregation.channel.link == "ib200");
+  CHECK(w.disaggregation.channel.bandwidth_gbs == 25);
+  CHECK(w.disaggregation.channel.latency_us == 5);
+  const Workload back = parse_workload(to_yaml(w), "resolved.yaml");
+  CHECK(back.disaggregation.channel.bandwidth_gbs == 25);
+  // A number given beside the link overrides it.
+  const Workload faster = parse_workload(pd, "w.yaml", {{"disaggregation.channel.latency_us", "2"}});
+  CHECK(faster.disaggregation.channel.latency_us == 2);
+  CHECK(faster.disaggregation.channel.bandwidth_gbs == 25);
+  for (const char* l : {"nvlink3", "nvlink4", "pcie4", "pcie5", "ib200", "ib400", "eth25", "eth100"})
+    CHECK_MESSAGE(link_preset(l).has_value(), l);
+  CHECK(link_preset("eth100")->bandwidth_gbs == 12.5);
+  const std::string e = error_of(pd, {{"disaggregation.channel.link", "ib800"}});
+  CHECK_MESSAGE(e.find("'disaggregation.channel.link'") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("known: nvlink3, nvlink4, pcie4, pcie5, ib200, ib400, eth25, eth100") != std::string::npos, e);
+}
+
 TEST_CASE("step composition: mixed by default, prompts_or_decodes reaches the scheduler and round-trips; bad input "
           "names the field") {
   const Workload w = parse_workload(kBase, "w.yaml");

@@ -512,6 +512,85 @@ disaggregation: {enabled: true, channel: {kind: sim}}
   CHECK(sb.ttft_ms.p50 == sa.ttft_ms.p50);  // the first token comes from the prefill instance
 }
 
+// A two-matrix MLP (GELU, ReLU) against SwiGLU, priced by hand on a small shape: layers 2, hidden
+// 64, heads 4 (head dim 16), KV heads 2, ffn 256, vocab 1000, fp16.
+//   attention per layer: q 64x64 + k, v 2 x 64x32 + o 64x64 = 12,288
+//   MLP per layer: SwiGLU 3 x 64x256 = 49,152; GELU 2 x 64x256 = 32,768
+//   linear: SwiGLU 2 x (12,288 + 49,152) = 122,880; GELU 2 x (12,288 + 32,768) = 90,112
+TEST_CASE("the cost model prices a two-matrix GELU MLP and SwiGLU by hand: FLOPs and bytes per token") {
+  ModelSpec swiglu;
+  swiglu.name = "hand";
+  swiglu.layers = 2;
+  swiglu.hidden = 64;
+  swiglu.heads = 4;
+  swiglu.kv_heads = 2;
+  swiglu.ffn = 256;
+  swiglu.vocab = 1000;
+  swiglu.dtype = "fp16";
+  swiglu.max_model_len = 512;
+  ModelSpec gelu = swiglu;
+  gelu.mlp = "gelu";
+  CHECK(swiglu.linear_params() == 122880);
+  CHECK(gelu.linear_params() == 90112);
+  // Embedding and LM head: untied 2 x 64 x 1000; tied once; learned positions add 512 x 64.
+  CHECK(gelu.embedding_params() == 128000);
+  ModelSpec opt_like = gelu;
+  opt_like.mlp = "relu";
+  opt_like.tie_embeddings = true;
+  opt_like.positions = "learned";
+  CHECK(opt_like.embedding_params() == 64000 + 512 * 64);
+  CHECK_FALSE(opt_like.llama_decoder());
+  CHECK(swiglu.llama_decoder());
+
+  // A 1,000-token prompt on 1 TFLOP/s and 1 TB/s: compute-bound. GEMM FLOPs = 2 x linear x
+  // tokens + 2 x hidden x vocab for the one sampled row.
+  HardwareSpec hw;
+  hw.name = "hand";
+  hw.peak_flops = 1e12;
+  hw.mem_bandwidth = 1e12;
+  StepPlan prompt;
+  prompt.add({0, 1000, 0, true, {}}, 1000);
+  const StepCost p_swiglu = AnalyticalCostModel(swiglu, hw).estimate(prompt);
+  const StepCost p_gelu = AnalyticalCostModel(gelu, hw).estimate(prompt);
+  CHECK(p_swiglu.gemm_s == doctest::Approx((2.0 * 122880 * 1000 + 2.0 * 64 * 1000) / 1e12).epsilon(1e-12));
+  CHECK(p_gelu.gemm_s == doctest::Approx((2.0 * 90112 * 1000 + 2.0 * 64 * 1000) / 1e12).epsilon(1e-12));
+  CHECK(AnalyticalCostModel(opt_like, hw).estimate(prompt).gemm_s == p_gelu.gemm_s);  // relu prices as gelu
+  // The MLP does not touch attention.
+  CHECK(p_gelu.attention_s == p_swiglu.attention_s);
+
+  // One decode on 1 GB/s: memory-bound. Bytes = (linear + LM head 64 x 1000) x 2 + activations
+  // 2 layers x (4 x 64 + (matrices - 1) x 256) x 2 bytes: SwiGLU 2 x 768 x 2 = 3,072 (x2 for in
+  // and out) ... as the model counts them: 2 x layers x (4h + (m - 1) ffn) x bytes per token.
+  hw.mem_bandwidth = 1e9;
+  StepPlan decode;
+  decode.add({0, 1, 100, true, {}}, 100);
+  const double act_swiglu = 2.0 * 2 * (4 * 64 + 2 * 256) * 2, act_gelu = 2.0 * 2 * (4 * 64 + 1 * 256) * 2;
+  CHECK(AnalyticalCostModel(swiglu, hw).estimate(decode).gemm_s ==
+        doctest::Approx(((122880.0 + 64000) * 2 + act_swiglu) / 1e9).epsilon(1e-12));
+  CHECK(AnalyticalCostModel(gelu, hw).estimate(decode).gemm_s ==
+        doctest::Approx(((90112.0 + 64000) * 2 + act_gelu) / 1e9).epsilon(1e-12));
+}
+
+TEST_CASE("model presets: parameter counts as published, and the shapes the cost model needs") {
+  const auto params = [](const char* name) { return model_preset(name)->params() / 1e9; };
+  // Published sizes: OPT-13B 12.85B and OPT-175B 174.6B (tied LM head, learned positions), Llama-2
+  // 70B 68.98B, Falcon-180B about 180B (untied). Counted here without biases and norms.
+  CHECK(params("opt-13b") == doctest::Approx(12.85).epsilon(0.002));
+  CHECK(params("opt-175b") == doctest::Approx(174.6).epsilon(0.002));
+  CHECK(params("opt-66b") == doctest::Approx(65.7).epsilon(0.005));
+  CHECK(params("llama2-70b") == doctest::Approx(68.98).epsilon(0.002));
+  CHECK(params("llama2-13b") == doctest::Approx(13.0).epsilon(0.01));
+  CHECK(params("llama3-70b") == doctest::Approx(70.55).epsilon(0.002));
+  CHECK(params("mistral-7b") == doctest::Approx(7.24).epsilon(0.002));
+  CHECK(params("yi-34b") == doctest::Approx(34.39).epsilon(0.005));
+  CHECK(params("falcon-180b") == doctest::Approx(179.5).epsilon(0.005));
+  CHECK(model_preset("opt-13b")->mlp == "relu");
+  CHECK(model_preset("opt-13b")->positions == "learned");
+  CHECK(model_preset("falcon-180b")->mlp == "gelu");
+  CHECK(model_preset("falcon-180b")->positions == "rope");
+  CHECK(model_preset("llama2-70b")->mlp == "swiglu");
+}
+
 TEST_CASE("the cost model charges tensor parallelism: compute over N, two all-reduces per layer") {
   const Workload w = parse_workload(
       "model: llama3-8b\nhardware: h200\nrequests: {count: 1, arrival: {process: burst}, "
