@@ -73,6 +73,28 @@ std::string first_token_from(const nlohmann::json& point) {
                                                                              : "";
 }
 
+// The run whose finished share a capacity row shows: the one at the capacity, or where there is
+// none (below lo, cannot finish) the run at lo. Null when absent.
+const nlohmann::json* capacity_run(const nlohmann::json& point, double lo) {
+  const auto& c = point["capacity"];
+  const double at = c["rate"].get<double>() > 0 ? c["rate"].get<double>() : lo;
+  for (const auto& run : point["runs"])
+    if (run["rate"].get<double>() == at) return &run;
+  return nullptr;
+}
+// "497/500": finished of all requests of a run.
+std::string finished_of(const nlohmann::json* run) {
+  if (!run) return "-";
+  const auto& m = (*run)["metrics"];
+  return fmt::format("{}/{}", m.value("requests.finished", int64_t(0)), m.value("requests.total", int64_t(0)));
+}
+std::string finished_share(const nlohmann::json* run) {
+  if (!run) return "";
+  const auto& m = (*run)["metrics"];
+  const int64_t total = m.value("requests.total", int64_t(0));
+  return total ? fmt::format("{}", double(m.value("requests.finished", int64_t(0))) / double(total)) : "";
+}
+
 }  // namespace
 
 std::map<int64_t, nlohmann::json> load_results(const SweepPlan& plan, const std::string& dir, int64_t* stale) {
@@ -132,7 +154,7 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
   for (const auto& m : metrics) csv.append(",").append(m);
   csv.append(",layout,layout.first_token_from,note\n");
   std::string cap_csv = "index,name";
-  cap_csv.append(keys).append(",status,capacity,first_missed,limited_by,runs\n");
+  cap_csv.append(keys).append(",status,capacity,first_missed,limited_by,runs,requests,finished_share\n");
   std::vector<int64_t> missing;
   nlohmann::json points = nlohmann::json::array();
   for (const auto& p : plan.points) {
@@ -156,12 +178,16 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
     }
     if (r.contains("capacity")) {
       const auto& c = r["capacity"];
-      std::string limited;
+      std::string limited = c.value("why", "");
       for (const auto& run : r["runs"])
-        if (run["rate"] == c["first_missed"]) limited = run.value("why", "");
-      cap_csv.append(fmt::format("{},{},{},{},{},{}\n", lead, c["status"].get<std::string>(), num(c["rate"]),
+        if (limited.empty() && run["rate"] == c["first_missed"]) limited = run.value("why", "");
+      const nlohmann::json* at = capacity_run(r, plan.capacity ? plan.capacity->lo : 0);
+      const std::string st = c["status"].get<std::string>();
+      // No number where no rate meets the SLO: an empty capacity, never a 0 read as a rate.
+      cap_csv.append(fmt::format("{},{},{},{},{},{},{},{}\n", lead, st, st == "cannot_finish" ? "" : num(c["rate"]),
                                  c["first_missed"].get<double>() > 0 ? num(c["first_missed"]) : "", cell(limited),
-                                 num(c["runs"])));
+                                 num(c["runs"]), at ? num((*at)["metrics"].value("requests.total", nlohmann::json())) : "",
+                                 finished_share(at)));
     }
   }
   fs::create_directories(dir);
@@ -199,8 +225,8 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
   };
   bool any_unfinished = false;
   if (plan.capacity) {
-    fmt::print(table, "{:<{}}  {:>12}  {:<11}  {:>5}  {:<{}}  {}\n", "point", name_w, "capacity", "status", "runs",
-               "layout", layout_w, "limited by (first rate missed)");
+    fmt::print(table, "{:<{}}  {:>12}  {:<13}  {:>5}  {:>9}  {:<{}}  {}\n", "point", name_w, "capacity", "status",
+               "runs", "finished", "layout", layout_w, "limited by (first rate missed)");
     for (const auto& p : plan.points) {
       const auto it = results.find(p.index);
       if (it == results.end() || it->second.contains("error")) {
@@ -209,19 +235,24 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
         continue;
       }
       const auto& c = it->second["capacity"];
-      std::string limited;
+      std::string limited = c.value("why", "");
       for (const auto& run : it->second["runs"])
-        if (run["rate"] == c["first_missed"])
+        if (limited.empty() && run["rate"] == c["first_missed"])
           limited = fmt::format("{} at {:.4g}", run.value("why", ""), run["rate"].get<double>());
       const std::string st = c["status"];
-      const std::string cap = st == "below_lo"      ? fmt::format("< {:.4g}", plan.capacity->lo)
-                              : st == "at_least_hi" ? fmt::format(">= {:.4g}", plan.capacity->hi)
-                                                    : fmt::format("{:.4g}", c["rate"].get<double>());
-      fmt::print(table, "{:<{}}  {:>12}  {:<11}  {:>5}  {:<{}}  {}\n", p.name, name_w, cap, st, c["runs"].get<int>(),
+      const std::string cap = st == "below_lo"        ? fmt::format("< {:.4g}", plan.capacity->lo)
+                              : st == "at_least_hi"   ? fmt::format(">= {:.4g}", plan.capacity->hi)
+                              : st == "cannot_finish" ? std::string("none")
+                                                      : fmt::format("{:.4g}", c["rate"].get<double>());
+      fmt::print(table, "{:<{}}  {:>12}  {:<13}  {:>5}  {:>9}  {:<{}}  {}\n", p.name, name_w, cap, st,
+                 c["runs"].get<int>(), finished_of(capacity_run(it->second, plan.capacity->lo)),
                  layout_cell(p.index), layout_w, limited);
     }
     fmt::print(
-        table, "capacity: the highest {} that met {} (in {}); results.csv has every run\n", plan.rate_key,
+        table,
+        "capacity: the highest {} that met {} (in {}) counting every request of a run (a failed or cancelled one "
+        "is a miss); finished: of all requests at the capacity (or at lo); results.csv has every run\n",
+        plan.rate_key,
         [&] {
           const SweepSlo& s = plan.capacity->slo;
           std::string t;

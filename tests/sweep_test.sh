@@ -157,5 +157,50 @@ grep -q "latencies over the finished only" "$tmp/fail/results.csv" && ok || fail
 expect 0 "not every request finished" -- sweep "$tmp/fail.yaml" --out "$tmp/keep" --keep-runs
 expect 0 "over the [0-9]+ requests both finished" -- compare "$tmp/keep/runs/point-0-rate-5" "$tmp/keep/runs/point-1-rate-5"
 
+# Capacity counts every request (#34): a request that fails is a miss. Without chunking, prompts
+# over max_num_batched_tokens fail at every rate, and so do prompts over max_model_len: those
+# configurations have no capacity (cannot_finish, no number), where counting the finished only
+# gave a capacity that fell as the budget grew, and ">= hi" with 97 of 500 finished.
+cat >"$tmp/unfinished.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 200, engine.enable_chunked_prefill: false}
+configs:
+  - name: budget-1024
+    set: {engine.max_num_batched_tokens: 1024}
+  - name: budget-8192
+    set: {engine.max_num_batched_tokens: 8192}
+  - name: max-len-600
+    set: {model.max_model_len: 600}
+capacity:
+  slo: {ttft_p99_ms: 2000, tpot_p99_ms: 60}
+  lo: 1
+  hi: 200
+  tolerance: 0.1
+EOF
+expect 0 "budget-1024 +none +cannot_finish" -- sweep "$tmp/unfinished.yaml" --out "$tmp/unf" -j 2
+python3 - "$tmp/unf/capacity.csv" "$tmp/unf/results.csv" <<'PY' && ok || fail "capacity counts unfinished requests"
+import csv, sys
+rows = {r["name"]: r for r in csv.DictReader(open(sys.argv[1]))}
+for name in ("budget-1024", "max-len-600"):
+    r = rows[name]
+    print(name, r["status"], repr(r["capacity"]), r["finished_share"], r["limited_by"])
+    assert r["status"] == "cannot_finish", r
+    assert r["capacity"] == "", r  # no number
+    assert r["requests"] == "200", r
+    assert float(r["finished_share"]) < 0.99, r
+    assert " of 200 requests fail at any rate (" in r["limited_by"], r
+assert "prompt_over_token_budget" in rows["budget-1024"]["limited_by"]
+assert "exceeds_max_model_len" in rows["max-len-600"]["limited_by"]
+r = rows["budget-8192"]
+print("budget-8192", r["status"], r["capacity"], r["finished_share"])
+assert r["status"] == "found" and float(r["finished_share"]) == 1.0, r
+# Every run that passed finished all but at most 1 % of its requests (p99 over all of them).
+for run in csv.DictReader(open(sys.argv[2])):
+    if run["meets_slo"] == "true":
+        assert int(run["requests.finished"]) >= 0.99 * int(run["requests.total"]), run
+    if run["name"] == "budget-1024":
+        assert run["meets_slo"] == "false" and "over all 200 requests" in run["why"], run
+PY
+
 echo "sweep: $passes passed, $fails failed"
 [ "$fails" = 0 ]
