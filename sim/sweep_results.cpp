@@ -97,14 +97,23 @@ std::string finished_share(const nlohmann::json* run) {
 
 }  // namespace
 
-std::map<int64_t, nlohmann::json> load_results(const SweepPlan& plan, const std::string& dir, int64_t* stale) {
+std::string LoadedResults::other_build_text() const {
+  std::string t;
+  for (size_t i = 0; i < other_build.size() && i < 3; ++i)
+    t += fmt::format("{}{} (point {}) was run by build {}", i ? "; " : "", other_build[i].file, other_build[i].index,
+                     other_build[i].build.empty() ? "(none recorded)" : other_build[i].build);
+  if (other_build.size() > 3) t += fmt::format("; and {} more", other_build.size() - 3);
+  return t;
+}
+
+LoadedResults load_results(const SweepPlan& plan, const std::string& dir, const std::string& build) {
   std::map<std::string, int64_t> by_key;
   for (const auto& p : plan.points) by_key[p.key] = p.index;
-  std::map<int64_t, nlohmann::json> out;
-  *stale = 0;
+  LoadedResults loaded;
+  auto& out = loaded.points;
   std::error_code ec;
   const fs::path rdir = fs::path(dir) / "results";
-  if (!fs::is_directory(rdir, ec)) return out;
+  if (!fs::is_directory(rdir, ec)) return loaded;
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(rdir))
     if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
@@ -123,9 +132,16 @@ std::map<int64_t, nlohmann::json> load_results(const SweepPlan& plan, const std:
     for (auto& r : j) {
       if (!r.is_object() || !r.contains("key") || !r["key"].is_string() || !r.contains("runs"))
         throw InputError(fmt::format("{}: not a point result (no key or runs)", f.string()));
+      // The build first: a result that copied the plan's key (tandem before #34) still names its build.
+      const std::string by = r.contains("build") && r["build"].is_string() ? r["build"].get<std::string>() : "";
+      if (by != build) {
+        const int64_t index = r.contains("index") && r["index"].is_number_integer() ? r["index"].get<int64_t>() : -1;
+        loaded.other_build.push_back({(fs::path("results") / f.filename()).string(), by, index});
+        continue;
+      }
       const auto it = by_key.find(r["key"].get<std::string>());
       if (it == by_key.end()) {
-        ++*stale;
+        ++loaded.stale;
         continue;
       }
       r["index"] = it->second;  // the plan's index: a result kept from an earlier grid may have had another
@@ -135,7 +151,7 @@ std::map<int64_t, nlohmann::json> load_results(const SweepPlan& plan, const std:
       out[it->second] = std::move(r);
     }
   }
-  return out;
+  return loaded;
 }
 
 void write_point_result(const std::string& dir, const nlohmann::json& result) {

@@ -76,31 +76,52 @@ std::string point_name(const std::string& config, const std::vector<Override>& g
   return s.empty() ? "base" : s;
 }
 
-// Where every file a resolved workload names is, with its contents' hash: a trace or a profile
-// that changes changes the points that read it. Any scalar naming an existing regular file counts.
-void hash_referenced_files(const YAML::Node& n, std::map<std::string, std::string>& seen) {
+// The absolute paths a resolved workload names (its scalars that start with '/'): each one that is
+// a regular file counts in the point's key with its contents' hash, so a trace or a profile that
+// changes changes the points that read it.
+void collect_paths(const YAML::Node& n, std::set<std::string>& out) {
   if (n.IsScalar()) {
-    const std::string& s = n.Scalar();
-    std::error_code ec;
-    if (s.size() > 1 && s[0] == '/' && !seen.contains(s) && fs::is_regular_file(s, ec)) seen[s] = file_hash(s);
+    if (n.Scalar().size() > 1 && n.Scalar()[0] == '/') out.insert(n.Scalar());
   } else if (n.IsMap()) {
-    for (const auto& kv : n) hash_referenced_files(kv.second, seen);
+    for (const auto& kv : n) collect_paths(kv.second, out);
   } else if (n.IsSequence()) {
-    for (const auto& v : n) hash_referenced_files(v, seen);
+    for (const auto& v : n) collect_paths(v, out);
   }
 }
 
-std::string mode_text(const SweepSpec& s) {
-  if (!s.capacity) {
-    std::string t = "rates " + s.rate_key;
-    for (double r : s.rates) t += fmt::format(" {}", r);
+std::string mode_text(const std::string& rate_key, const std::vector<double>& rates,
+                      const std::optional<CapacitySpec>& capacity) {
+  if (!capacity) {
+    std::string t = "rates " + rate_key;
+    for (double r : rates) t += fmt::format(" {}", r);
     return t;
   }
-  const CapacitySpec& c = *s.capacity;
+  const CapacitySpec& c = *capacity;
   const auto opt = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string("-"); };
-  return fmt::format("capacity {} lo {} hi {} tol {} probes {} ttft {} tpot {} itl {} goodput {}", s.rate_key, c.lo,
+  return fmt::format("capacity {} lo {} hi {} tol {} probes {} ttft {} tpot {} itl {} goodput {}", rate_key, c.lo,
                      c.hi, c.tolerance, c.probes, opt(c.slo.ttft_p99_ms), opt(c.slo.tpot_p99_ms), opt(c.slo.itl_p99_ms),
                      opt(c.slo.goodput_min));
+}
+
+// A point's key: the build, the mode, its resolved workload and the contents of the files that
+// workload names (hashes cached by path across points).
+std::string point_key(const std::string& build, const std::string& mode, const std::string& workload_yaml,
+                      std::map<std::string, std::string>& hash_cache) {
+  std::set<std::string> paths;
+  try {
+    collect_paths(YAML::Load(workload_yaml), paths);
+  } catch (const YAML::Exception&) {
+    // A workload that is not YAML (a plan edited by hand) fails when its point runs, with its
+    // error in the point's result; its key is then its text's alone.
+  }
+  std::string id = build + "\n" + mode + "\n" + workload_yaml;
+  for (const std::string& f : paths) {
+    auto it = hash_cache.find(f);
+    std::error_code ec;
+    if (it == hash_cache.end() && fs::is_regular_file(f, ec)) it = hash_cache.emplace(f, file_hash(f)).first;
+    if (it != hash_cache.end()) id += "\n" + f + " " + it->second;
+  }
+  return hex128(XXH3_128bits(id.data(), id.size())).substr(0, 24);
 }
 
 }  // namespace
@@ -250,7 +271,7 @@ std::vector<SweepPoint> expand_points(const SweepSpec& spec) {
     if (combos * configs.size() > 1'000'000)
       throw InputError(fmt::format("{}: the grid has more than 1,000,000 points; split the sweep", spec.path));
   }
-  const std::string mode = mode_text(spec);
+  const std::string mode = mode_text(spec.rate_key, spec.rates, spec.capacity);
   std::map<std::string, std::string> file_hashes;
   std::vector<SweepPoint> out;
   for (const auto& cfg : configs)
@@ -283,11 +304,7 @@ std::vector<SweepPoint> expand_points(const SweepSpec& spec) {
             fmt::format("{}: point {} ({}): the workload {} holds text that is not UTF-8 (plan.json "
                         "holds UTF-8 only)",
                         spec.path, p.index, p.name, spec.workload_path));
-      hash_referenced_files(YAML::Load(p.workload_yaml), file_hashes);
-      std::string id = build_id() + "\n" + mode + "\n" + p.workload_yaml;
-      for (const auto& [f, h] : file_hashes)
-        if (p.workload_yaml.find(f) != std::string::npos) id += "\n" + f + " " + h;
-      p.key = hex128(XXH3_128bits(id.data(), id.size())).substr(0, 24);
+      p.key = point_key(build_id(), mode, p.workload_yaml, file_hashes);
       out.push_back(std::move(p));
     }
   return out;
@@ -304,8 +321,18 @@ nlohmann::json capacity_json(const CapacitySpec& c) {
 }
 }  // namespace
 
+void rekey_points(SweepPlan& plan, const std::vector<int64_t>& indices) {
+  const std::string mode = mode_text(plan.rate_key, plan.rates, plan.capacity);
+  std::map<std::string, std::string> file_hashes;
+  for (int64_t i : indices) {
+    SweepPoint& p = plan.points.at(size_t(i));
+    p.key = point_key(build_id(), mode, p.workload_yaml, file_hashes);
+  }
+}
+
 SweepPlan plan_from(const SweepSpec& spec, std::vector<SweepPoint> points) {
   SweepPlan p;
+  p.build = build_id();
   p.sweep_path = spec.path;
   p.workload_path = spec.workload_path;
   p.rate_key = spec.rate_key;
@@ -362,6 +389,7 @@ SweepPlan read_plan(const std::string& path) {
   try {
     p.sweep_path = j.at("sweep").get<std::string>();
     p.rate_key = j.at("rate_key").get<std::string>();
+    p.build = j.at("build").get<std::string>();
     if (j.contains("capacity")) {
       const auto& c = j.at("capacity");
       CapacitySpec cap;

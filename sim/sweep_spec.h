@@ -64,6 +64,7 @@ nlohmann::json plan_json(const SweepSpec& spec, const std::vector<SweepPoint>& p
 // A plan read back; throws InputError naming the file for anything malformed.
 struct SweepPlan {
   std::string sweep_path, workload_path, rate_key;
+  std::string build;  // the build that planned (build_id()): its points' keys hash it
   std::vector<double> rates;
   std::optional<CapacitySpec> capacity;
   std::vector<std::string> param_keys;  // every key any point sets, in first-seen order
@@ -71,6 +72,9 @@ struct SweepPlan {
 };
 SweepPlan read_plan(const std::string& plan_path);
 SweepPlan plan_from(const SweepSpec& spec, std::vector<SweepPoint> points);
+// The keys of the points at `indices` as this build computes them (its build, the files' contents
+// here), never copied from plan.json: a result then says which build ran it.
+void rekey_points(SweepPlan& plan, const std::vector<int64_t>& indices);
 
 // Identity of the running binary (XXH3 of its file), part of every point's key.
 std::string build_id();

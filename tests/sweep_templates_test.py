@@ -17,6 +17,10 @@ Usage: sweep_templates_test.py SOURCE_DIR TANDEM
             `completions` with its env (K, SWEEP_DIR = the volume's mountPath), asks for every
             point exactly once; completions = ceil(N / K) for its comment's N
 
+  ray-check tools/sweep-ray's check of a returned slice, without a cluster (its module loaded
+            here): a point run by another build fails the slice naming both builds, even with the
+            plan's key (as `sweep run` copied it before #34); the plan's own points pass
+
 Exits 1 on a failed check; prints one line per failed check and a count.
 """
 import os
@@ -109,6 +113,25 @@ def test_parallel(f, src, tandem, tmp):
     print("parallel: %d points, K=%d, 2 jobs; a failing point: exit %d, the others collected" % (n, k, r.returncode))
 
 
+def test_ray_check(f, src, tandem, tmp):
+    import importlib.machinery
+    import importlib.util
+    path = os.path.join(src, "tools", "sweep-ray")
+    loader = importlib.machinery.SourceFileLoader("sweep_ray", path)
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("sweep_ray", loader))
+    loader.exec_module(mod)
+    plan = {"build": "v1/aaaa", "points": [{"index": 0, "key": "k0"}, {"index": 1, "key": "k1"}]}
+    mine = [{"index": 0, "key": "k0", "build": "v1/aaaa"}, {"index": 1, "key": "k1", "build": "v1/aaaa"}]
+    f.ok(mod.check_slice(mine, plan, 0, 2) is None, "ray-check: the plan's own points refused")
+    other = [dict(mine[0]), dict(mine[1], build="v1/bbbb")]  # the plan's key, another build
+    why = mod.check_slice(other, plan, 0, 2) or ""
+    f.ok("v1/bbbb" in why and "v1/aaaa" in why, "ray-check: a point of another build passed or is not named with "
+         "both builds: %r" % why)
+    f.ok("key" in (mod.check_slice([mine[0], dict(mine[1], key="kx")], plan, 0, 2) or ""),
+         "ray-check: a point with another key passed")
+    print("ray-check: %s" % why)
+
+
 def test_k8s(f, src, tandem, tmp):
     try:
         import yaml
@@ -161,7 +184,7 @@ def main():
     f = sh.Failures("sweep-templates")
     tmp = tempfile.mkdtemp(prefix="tandem-sweep-tpl-")
     try:
-        for t in (test_slurm, test_parallel, test_k8s):
+        for t in (test_slurm, test_parallel, test_k8s, test_ray_check):
             t(f, src, tandem, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

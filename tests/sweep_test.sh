@@ -202,5 +202,42 @@ for run in csv.DictReader(open(sys.argv[2])):
         assert run["meets_slo"] == "false" and "over all 200 requests" in run["why"], run
 PY
 
+# Another build's results are refused (#34): a copy of tandem with one byte appended is another
+# build. Its `sweep run` refuses this build's plan; its results, copied in, make collect exit 2
+# naming both builds, and a local sweep runs their points again instead of reusing them.
+other=$tmp/tandem-other
+cp "$tandem" "$other" && printf 'x' >>"$other"
+printf 'workload: %s\nrates: [10, 20]\n' "$d/fixed_step.yaml" >"$tmp/builds.yaml"
+"$tandem" sweep plan "$tmp/builds.yaml" --out "$tmp/bA" >/dev/null || fail "plan with this build"
+"$other" sweep plan "$tmp/builds.yaml" --out "$tmp/bB" >/dev/null || fail "plan with the other build"
+build_a=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["build"])' "$tmp/bA/plan.json")
+build_b=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["build"])' "$tmp/bB/plan.json")
+[ -n "$build_a" ] && [ "$build_a" != "$build_b" ] && ok || fail "one byte more is not another build: $build_a vs $build_b"
+out=$(timeout "$limit" "$other" sweep run "$tmp/bA" --index 0 2>&1)
+rc=$?
+[ $rc = 2 ] && grep -qF "planned by build $build_a, and this tandem is build $build_b" <<<"$out" && ok ||
+  fail "sweep run of another build's plan: exit $rc: $out"
+timeout "$limit" "$other" sweep run "$tmp/bB" --index 0 >/dev/null 2>&1 || fail "the other build runs its own plan"
+mkdir -p "$tmp/bA/results" && cp "$tmp/bB/results/point-0.json" "$tmp/bA/results/"
+expect 2 "1 result\(s\) of another build than the plan's \($build_a\): results/point-0.json \(point 0\) was run by build $build_b" -- sweep collect "$tmp/bA"
+# A result that copied the plan's key (as sweep run did before #34) is refused for its build too.
+python3 - "$tmp/bA/plan.json" "$tmp/bA/results/point-0.json" <<'PY'
+import json, sys
+key = json.load(open(sys.argv[1]))["points"][0]["key"]
+r = json.load(open(sys.argv[2]))
+r["key"] = key
+json.dump(r, open(sys.argv[2], "w"))
+PY
+expect 2 "was run by build $build_b" -- sweep collect "$tmp/bA"
+expect 0 "not reused \(this build is $build_a\): results/point-0.json \(point 0\) was run by build $build_b" -- sweep "$tmp/builds.yaml" --out "$tmp/bA"
+grep -qF "\"build\": \"$build_a\"" "$tmp/bA/results/point-0.json" && ok || fail "the local sweep kept the other build's result"
+# sweep run keys each point with the files as they are where it runs: a file the workload reads
+# that changed since the plan gives a key the plan does not hold, and collect lists the point.
+printf 'len\n4\n' >"$tmp/lens.csv"
+"$tandem" sweep plan "$tmp/fsr.yaml" --out "$tmp/rekey" >/dev/null || fail "plan for the rekey check"
+printf 'len\n6\n' >"$tmp/lens.csv"
+expect 0 "" -- sweep run "$tmp/rekey" --index 0
+expect 1 "1 results of another plan ignored|without a complete result: 0" -- sweep collect "$tmp/rekey"
+
 echo "sweep: $passes passed, $fails failed"
 [ "$fails" = 0 ]
