@@ -15,7 +15,11 @@ Usage: sweep_templates_test.py SOURCE_DIR TANDEM
   k8s       tools/sweep/k8s-indexed-job.yaml parsed with python yaml: an Indexed Job whose
             container command, run under sh once for every JOB_COMPLETION_INDEX below
             `completions` with its env (K, SWEEP_DIR = the volume's mountPath), asks for every
-            point exactly once; completions = ceil(N / K) for its comment's N
+            point exactly once; completions = ceil(N / K) for its comment's N; the container
+            requests memory and has a memory limit at least as large
+  readme    the README's sbatch line passes TANDEM in --export (without it the tasks run
+            `tandem` from PATH, exit 127 on nodes that lack it): its task 0, run as that line
+            exports it with no tandem on PATH, exits 0
 
   ray-check tools/sweep-ray's check of a returned slice, without a cluster (its module loaded
             here): a point run by another build fails the slice naming both builds, even with the
@@ -132,6 +136,40 @@ def test_ray_check(f, src, tandem, tmp):
     print("ray-check: %s" % why)
 
 
+def quantity(q):
+    """A Kubernetes memory quantity in bytes (512Mi, 2Gi, 1G, 1000000); None if not one."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(q).strip())
+    if not m:
+        return None
+    unit = {None: 1, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "k": 1e3, "M": 1e6, "G": 1e9,
+            "T": 1e12}[m.group(2)]
+    return float(m.group(1)) * unit
+
+
+def test_readme_slurm(f, src, tandem, tmp):
+    text = open(os.path.join(src, "README.md")).read()
+    m = re.search(r"sbatch --array=[^`\n]*? --export=(\S+) tools/sweep/slurm\.sbatch", text)
+    if not f.ok(m, "readme: no `sbatch --array=... --export=... tools/sweep/slurm.sbatch` line"):
+        return
+    exports = dict(kv.split("=", 1) for kv in m.group(1).split(",") if "=" in kv)
+    f.ok("TANDEM" in exports, "readme: the sbatch line's --export has no TANDEM (%s): tasks on nodes without tandem "
+         "on PATH exit 127" % m.group(1))
+    d = os.path.join(tmp, "readme-slurm")
+    sh.make_plan(tandem, d, 2, src)
+    # As the line exports it: $PWD the checkout; the README's build/tandem, or this test's build if elsewhere.
+    env = {"PATH": "/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": "0", "SLURM_CPUS_PER_TASK": "1"}
+    for k, v in exports.items():
+        if k != "ALL":
+            env[k] = v.replace("$PWD", src)
+    env["DIR"] = d
+    if "TANDEM" in env and not os.path.exists(env["TANDEM"]):
+        env["TANDEM"] = tandem
+    r = sh.run(["bash", os.path.join(src, "tools/sweep/slurm.sbatch")], env=env)
+    f.ok(r.returncode == 0, "readme: task 0 with the README's exports and no tandem on PATH exited %d: %s"
+         % (r.returncode, r.stderr.strip()))
+    print("readme: the sbatch line exports %s; task 0 exit %d" % (",".join(sorted(exports)), r.returncode))
+
+
 def test_k8s(f, src, tandem, tmp):
     try:
         import yaml
@@ -157,6 +195,10 @@ def test_k8s(f, src, tandem, tmp):
     f.ok(env["SWEEP_DIR"] in mounts.values() and set(mounts) <= vols,
          "k8s: SWEEP_DIR %s is not a mounted volume's path (%s; volumes %s)" % (env["SWEEP_DIR"], mounts, vols))
     f.ok(pod.get("restartPolicy") in ("Never", "OnFailure"), "k8s: restartPolicy %r" % pod.get("restartPolicy"))
+    res = c.get("resources") or {}
+    req, lim = (quantity((res.get(k) or {}).get("memory", "")) for k in ("requests", "limits"))
+    f.ok(req and lim and req <= lim, "k8s: the container needs a memory request and a memory limit at least as "
+         "large (a pod without them is the first evicted, or takes the node's memory): %s" % res)
     completions, k = int(spec["completions"]), int(env["K"])
     n = example_points(f, "k8s", open(path).read(), k, completions)
     d, log = os.path.join(tmp, "k8s"), os.path.join(tmp, "k8s.log")
@@ -184,7 +226,7 @@ def main():
     f = sh.Failures("sweep-templates")
     tmp = tempfile.mkdtemp(prefix="tandem-sweep-tpl-")
     try:
-        for t in (test_slurm, test_parallel, test_k8s, test_ray_check):
+        for t in (test_slurm, test_readme_slurm, test_parallel, test_k8s, test_ray_check):
             t(f, src, tandem, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
