@@ -88,6 +88,12 @@ std::string finished_of(const nlohmann::json* run) {
   const auto& m = (*run)["metrics"];
   return fmt::format("{}/{}", m.value("requests.finished", int64_t(0)), m.value("requests.total", int64_t(0)));
 }
+// The offered rate of a run (requests by its last arrival), "-" where absent.
+std::string offered_of(const nlohmann::json* run) {
+  return run && run->contains("offered_rate") && (*run)["offered_rate"].is_number()
+             ? fmt::format("{:.4g}", (*run)["offered_rate"].get<double>())
+             : "-";
+}
 std::string finished_share(const nlohmann::json* run) {
   if (!run) return "";
   const auto& m = (*run)["metrics"];
@@ -170,7 +176,7 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
   for (const auto& m : metrics) csv.append(",").append(m);
   csv.append(",layout,layout.first_token_from,note\n");
   std::string cap_csv = "index,name";
-  cap_csv.append(keys).append(",status,capacity,first_missed,limited_by,runs,requests,finished_share\n");
+  cap_csv.append(keys).append(",status,capacity,offered_at_capacity,first_missed,limited_by,runs,requests,finished_share\n");
   std::vector<int64_t> missing;
   nlohmann::json points = nlohmann::json::array();
   for (const auto& p : plan.points) {
@@ -200,8 +206,9 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
       const nlohmann::json* at = capacity_run(r, plan.capacity ? plan.capacity->lo : 0);
       const std::string st = c["status"].get<std::string>();
       // No number where no rate meets the SLO: an empty capacity, never a 0 read as a rate.
-      cap_csv.append(fmt::format("{},{},{},{},{},{},{},{}\n", lead, st, st == "cannot_finish" ? "" : num(c["rate"]),
-                                 c["first_missed"].get<double>() > 0 ? num(c["first_missed"]) : "", cell(limited),
+      const bool has_rate = st == "found" || st == "at_least_hi";
+      cap_csv.append(fmt::format("{},{},{},{},{},{},{},{},{}\n", lead, st, st == "cannot_finish" ? "" : num(c["rate"]),
+                                 has_rate && at ? num((*at)["offered_rate"]) : "", c["first_missed"].get<double>() > 0 ? num(c["first_missed"]) : "", cell(limited),
                                  num(c["runs"]), at ? num((*at)["metrics"].value("requests.total", nlohmann::json())) : "",
                                  finished_share(at)));
     }
@@ -241,8 +248,8 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
   };
   bool any_unfinished = false;
   if (plan.capacity) {
-    fmt::print(table, "{:<{}}  {:>12}  {:<13}  {:>5}  {:>9}  {:<{}}  {}\n", "point", name_w, "capacity", "status",
-               "runs", "finished", "layout", layout_w, "limited by (first rate missed)");
+    fmt::print(table, "{:<{}}  {:>12}  {:>8}  {:<13}  {:>5}  {:>9}  {:<{}}  {}\n", "point", name_w, "capacity",
+               "offered", "status", "runs", "finished", "layout", layout_w, "limited by (first rate missed)");
     for (const auto& p : plan.points) {
       const auto it = results.find(p.index);
       if (it == results.end() || it->second.contains("error")) {
@@ -260,14 +267,16 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
                               : st == "at_least_hi"   ? fmt::format(">= {:.4g}", plan.capacity->hi)
                               : st == "cannot_finish" ? std::string("none")
                                                       : fmt::format("{:.4g}", c["rate"].get<double>());
-      fmt::print(table, "{:<{}}  {:>12}  {:<13}  {:>5}  {:>9}  {:<{}}  {}\n", p.name, name_w, cap, st,
-                 c["runs"].get<int>(), finished_of(capacity_run(it->second, plan.capacity->lo)),
-                 layout_cell(p.index), layout_w, limited);
+      const nlohmann::json* at = capacity_run(it->second, plan.capacity->lo);
+      fmt::print(table, "{:<{}}  {:>12}  {:>8}  {:<13}  {:>5}  {:>9}  {:<{}}  {}\n", p.name, name_w, cap,
+                 st == "found" || st == "at_least_hi" ? offered_of(at) : "-", st, c["runs"].get<int>(),
+                 finished_of(at), layout_cell(p.index), layout_w, limited);
     }
     fmt::print(
         table,
         "capacity: the highest {} that met {} (in {}) counting every request of a run (a failed or cancelled one "
-        "is a miss); finished: of all requests at the capacity (or at lo); results.csv has every run\n",
+        "is a miss); offered: that run's requests over the time to its last arrival; finished: of all requests at "
+        "the capacity (or at lo); results.csv has every run\n",
         plan.rate_key,
         [&] {
           const SweepSlo& s = plan.capacity->slo;
@@ -282,8 +291,8 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
         fmt::format("[{}, {}], tolerance {}", plan.capacity->lo, plan.capacity->hi, plan.capacity->tolerance));
     layout_footer();
   } else {
-    fmt::print(table, "{:<{}}  {:>8}  {:>11}  {:>11}  {:>11}  {:>9}  {:>11}  {}\n", "point", name_w, "rate",
-               "ttft p99 ms", "tpot p99 ms", "itl p99 ms", "req/s", "finished", "layout");
+    fmt::print(table, "{:<{}}  {:>8}  {:>8}  {:>11}  {:>11}  {:>11}  {:>9}  {:>11}  {}\n", "point", name_w, "rate",
+               "offered", "ttft p99 ms", "tpot p99 ms", "itl p99 ms", "req/s", "finished", "layout");
     for (const auto& p : plan.points) {
       const auto it = results.find(p.index);
       if (it == results.end() || it->second.contains("error")) {
@@ -297,13 +306,15 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
         const bool unfinished = !unfinished_note(run).empty();
         any_unfinished = any_unfinished || unfinished;
         fmt::print(
-            table, "{:<{}}  {:>8.4g}  {:>11}  {:>11}  {:>11}  {:>9}  {:>10}{}  {}\n", p.name, name_w,
-            run["rate"].get<double>(), g("ttft_ms.p99"), g("tpot_ms.p99"), g("itl_ms.p99"),
+            table, "{:<{}}  {:>8.4g}  {:>8}  {:>11}  {:>11}  {:>11}  {:>9}  {:>10}{}  {}\n", p.name, name_w,
+            run["rate"].get<double>(), offered_of(&run), g("ttft_ms.p99"), g("tpot_ms.p99"), g("itl_ms.p99"),
             g("throughput.requests_per_s"),
             fmt::format("{}/{}", m.value("requests.finished", int64_t(0)), m.value("requests.total", int64_t(0))),
             unfinished ? "*" : " ", layout_cell(p.index));
       }
     }
+    fmt::print(table, "offered: the run's requests over the time to its last arrival (vLLM's count / rate); "
+                      "requests.arrival.normalize: true makes it the rate\n");
     layout_footer();
     if (any_unfinished)
       fmt::print(table,

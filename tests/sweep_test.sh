@@ -92,6 +92,26 @@ for k in ("ttft_ms.p99", "tpot_ms.p50", "itl_ms.p99", "e2e_ms.mean", "throughput
     want = s[a][b] if b else s[a]
     assert abs(float(row[k]) - want) <= 1e-9 * max(1, abs(want)), (k, row[k], want)
 assert int(row["requests.finished"]) == s["requests"]["finished"]
+# The offered rate beside the configured one, as the run's summary counts it: 200 requests over
+# the time to the last arrival, a draw off 30 req/s.
+assert float(row["offered_rate"]) == s["arrival"]["offered_rate"], (row["offered_rate"], s["arrival"])
+assert s["arrival"]["configured_rate"] == 30 and s["arrival"]["normalized"] is False
+assert abs(float(row["offered_rate"]) - 30) > 0.01, row["offered_rate"]
+PY
+# requests.arrival.normalize: the gaps scaled so the offered rate is the configured one (vLLM's).
+cat >"$tmp/norm.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 200, requests.arrival.normalize: true}
+rates: [2, 30]
+EOF
+expect 0 "^base +30 +30 " -- sweep "$tmp/norm.yaml" --out "$tmp/norm" -j 1
+python3 - "$tmp/norm/results.csv" <<'PY' && ok || fail "normalize: offered rate is not the configured one"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 2
+for r in rows:
+    print("normalize: rate %s offered %s" % (r["rate"], r["offered_rate"]))
+    assert abs(float(r["offered_rate"]) / float(r["rate"]) - 1) < 1e-9, r
 PY
 
 # Resumption: the same sweep again runs nothing; a new grid value runs only its points; --force all.
@@ -177,7 +197,7 @@ capacity:
   hi: 200
   tolerance: 0.1
 EOF
-expect 0 "budget-1024 +none +cannot_finish" -- sweep "$tmp/unfinished.yaml" --out "$tmp/unf" -j 2
+expect 0 "budget-1024 +none +- +cannot_finish" -- sweep "$tmp/unfinished.yaml" --out "$tmp/unf" -j 2
 python3 - "$tmp/unf/capacity.csv" "$tmp/unf/results.csv" <<'PY' && ok || fail "capacity counts unfinished requests"
 import csv, sys
 rows = {r["name"]: r for r in csv.DictReader(open(sys.argv[1]))}
