@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -101,6 +102,89 @@ std::string finished_share(const nlohmann::json* run) {
   return total ? fmt::format("{}", double(m.value("requests.finished", int64_t(0))) / double(total)) : "";
 }
 
+std::string priced(const CostSpec& c) {
+  std::string t;
+  for (const auto& [name, usd] : c.gpu_hour_usd) t += fmt::format("{}{} {}", t.empty() ? "" : ", ", name, usd);
+  return t;
+}
+
+// The GPUs a point holds (its layout's num_gpus; 0 when unknown).
+int64_t gpus_of(const nlohmann::json& point) {
+  const nlohmann::json& l = layout_of_point(point);
+  return l.contains("num_gpus") && l["num_gpus"].is_number_integer() ? l["num_gpus"].get<int64_t>() : 0;
+}
+// What a point's GPUs cost an hour at the plan's prices; nullopt when its hardware is not known.
+std::optional<double> usd_per_hour(const nlohmann::json& point, const CostSpec& cost) {
+  if (!point.contains("gpus_by_hardware") || !point["gpus_by_hardware"].is_object()) return std::nullopt;
+  double usd = 0;
+  for (const auto& [name, gpus] : point["gpus_by_hardware"].items()) {
+    const auto it = cost.gpu_hour_usd.find(name);
+    if (it == cost.gpu_hour_usd.end()) return std::nullopt;
+    usd += gpus.get<double>() * it->second;
+  }
+  return usd;
+}
+// A capacity that is a number (found, or at least hi); nullopt for below lo and cannot finish.
+std::optional<double> capacity_number(const nlohmann::json& point) {
+  const auto& c = point["capacity"];
+  const std::string st = c["status"].get<std::string>();
+  if (st != "found" && st != "at_least_hi") return std::nullopt;
+  return c["rate"].get<double>();
+}
+
+// The cost of each point's capacity and, with cost.at_rate, the one-line answer: the cheapest
+// configuration whose capacity is at least that rate (no point is scaled out: a point is the
+// deployment it ran).
+void write_cost_table(const SweepPlan& plan, const std::map<int64_t, nlohmann::json>& results, size_t name_w,
+                      std::ostream& table) {
+  const CostSpec& cost = *plan.cost;
+  const std::string meets = cost.at_rate ? fmt::format("meets {:.4g}", *cost.at_rate) : "";
+  fmt::print(table, "\n{:<{}}  {:>4}  {:>8}  {:>12}  {:>10}  {}\n", "point", name_w, "GPUs", "$/hour", "capacity/GPU",
+             "requests/$", meets);
+  const nlohmann::json* best = nullptr;
+  double best_usd = 0, best_cap = 0;
+  bool unknown_beyond_hi = false;
+  for (const auto& p : plan.points) {
+    const auto it = results.find(p.index);
+    if (it == results.end() || it->second.contains("error") || !it->second.contains("capacity")) continue;
+    const nlohmann::json& r = it->second;
+    const std::optional<double> cap = capacity_number(r), usd = usd_per_hour(r, cost);
+    const int64_t gpus = gpus_of(r);
+    std::string verdict;
+    if (cost.at_rate) {
+      const bool lower_bound = r["capacity"]["status"] == "at_least_hi";
+      const bool ok = cap && *cap >= *cost.at_rate;
+      verdict = ok ? "yes" : (lower_bound ? "unknown (capacity >= hi)" : "no");
+      unknown_beyond_hi = unknown_beyond_hi || (!ok && lower_bound);
+      if (ok && usd && (!best || *usd < best_usd || (*usd == best_usd && *cap > best_cap)))
+        best = &r, best_usd = *usd, best_cap = *cap;
+    }
+    fmt::print(table, "{:<{}}  {:>4}  {:>8}  {:>12}  {:>10}  {}\n", p.name, name_w, gpus ? std::to_string(gpus) : "-",
+               usd ? fmt::format("{:.2f}", *usd) : "-", cap && gpus ? fmt::format("{:.4g}", *cap / double(gpus)) : "-",
+               cap && usd && *usd > 0 ? fmt::format("{:.0f}", *cap * 3600 / *usd) : "-", verdict);
+  }
+  if (cost.at_rate) {
+    // Others at the same price that also meet it: named, the answer being the one with the most headroom.
+    std::string tied;
+    for (const auto& [index, r] : results)
+      if (best && &r != best && !r.contains("error") && r.contains("capacity") && capacity_number(r) &&
+          *capacity_number(r) >= *cost.at_rate && usd_per_hour(r, cost) == best_usd)
+        tied += (tied.empty() ? "" : ", ") + r["name"].get<std::string>();
+    if (best)
+      fmt::print(table, "cheapest meeting the SLO at {} {:.4g}: {} ({}) at ${:.2f}/hour, capacity {:.4g}{}\n",
+                 plan.rate_key, *cost.at_rate, (*best)["name"].get<std::string>(),
+                 layout_brief(layout_of_point(*best)), best_usd, best_cap,
+                 tied.empty() ? "" : fmt::format(" (the highest capacity of those at that price; also: {})", tied));
+    else
+      fmt::print(table, "cheapest meeting the SLO at {} {:.4g}: none of these configurations meets it{}\n",
+                 plan.rate_key, *cost.at_rate, unknown_beyond_hi ? " within the searched bracket (raise hi)" : "");
+  }
+  fmt::print(table,
+             "cost: $/GPU-hour {}{}; $/hour = the point's GPUs x their price; requests/$ = capacity x 3600 / $/hour; "
+             "each point as it ran (none scaled out)\n",
+             priced(cost), cost.example_prices ? " (tandem's example prices, not quotes: set cost.gpu_hour_usd)" : "");
+}
+
 }  // namespace
 
 std::string LoadedResults::other_build_text() const {
@@ -176,7 +260,8 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
   for (const auto& m : metrics) csv.append(",").append(m);
   csv.append(",layout,layout.first_token_from,note\n");
   std::string cap_csv = "index,name";
-  cap_csv.append(keys).append(",status,capacity,offered_at_capacity,first_missed,limited_by,runs,requests,finished_share\n");
+  cap_csv.append(keys).append(",status,capacity,offered_at_capacity,first_missed,limited_by,runs,requests,finished_share");
+  cap_csv.append(",gpus,capacity_per_gpu").append(plan.cost ? ",usd_per_hour,requests_per_usd\n" : "\n");
   std::vector<int64_t> missing;
   nlohmann::json points = nlohmann::json::array();
   for (const auto& p : plan.points) {
@@ -207,10 +292,22 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
       const std::string st = c["status"].get<std::string>();
       // No number where no rate meets the SLO: an empty capacity, never a 0 read as a rate.
       const bool has_rate = st == "found" || st == "at_least_hi";
-      cap_csv.append(fmt::format("{},{},{},{},{},{},{},{},{}\n", lead, st, st == "cannot_finish" ? "" : num(c["rate"]),
+      cap_csv.append(fmt::format("{},{},{},{},{},{},{},{},{}", lead, st, st == "cannot_finish" ? "" : num(c["rate"]),
                                  has_rate && at ? num((*at)["offered_rate"]) : "", c["first_missed"].get<double>() > 0 ? num(c["first_missed"]) : "", cell(limited),
                                  num(c["runs"]), at ? num((*at)["metrics"].value("requests.total", nlohmann::json())) : "",
                                  finished_share(at)));
+      // Per GPU and per dollar: the capacity over the GPUs the point holds, and the requests an
+      // hour at the capacity over what those GPUs cost an hour.
+      const std::optional<double> cap = capacity_number(r);
+      const int64_t gpus = gpus_of(r);
+      cap_csv.append(fmt::format(",{},{}", gpus ? std::to_string(gpus) : "",
+                                 cap && gpus ? fmt::format("{}", *cap / double(gpus)) : ""));
+      if (plan.cost) {
+        const std::optional<double> usd = usd_per_hour(r, *plan.cost);
+        cap_csv.append(fmt::format(",{},{}", usd ? fmt::format("{}", *usd) : "",
+                                   usd && cap && *usd > 0 ? fmt::format("{}", *cap * 3600 / *usd) : ""));
+      }
+      cap_csv.append("\n");
     }
   }
   fs::create_directories(dir);
@@ -290,6 +387,7 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
         }(),
         fmt::format("[{}, {}], tolerance {}", plan.capacity->lo, plan.capacity->hi, plan.capacity->tolerance));
     layout_footer();
+    if (plan.cost) write_cost_table(plan, results, name_w, table);
   } else {
     fmt::print(table, "{:<{}}  {:>8}  {:>8}  {:>11}  {:>11}  {:>11}  {:>9}  {:>11}  {}\n", "point", name_w, "rate",
                "offered", "ttft p99 ms", "tpot p99 ms", "itl p99 ms", "req/s", "finished", "layout");

@@ -122,9 +122,19 @@ PointRun simulate_point(Workload w, double rate, const std::optional<std::string
   nlohmann::json metrics = nlohmann::json::object();
   for (const std::string& c : sweep_metric_columns())
     if (const nlohmann::json* v = json_at_path(full, c); v && v->is_number()) metrics[c] = *v;
+  // GPUs by hardware (the instances' own in 1P1D), which a sweep's cost: section prices.
+  nlohmann::json gpus_by_hardware = nlohmann::json::object();
+  for (const InstanceLayout& in : engine.layout().instances) {
+    const std::optional<HardwareSpec>* own = in.role == "prefill"  ? &w.disaggregation.prefill.hardware
+                                             : in.role == "decode" ? &w.disaggregation.decode.hardware
+                                                                   : nullptr;
+    const std::string name = own && *own ? (**own).name : w.hardware.name;
+    gpus_by_hardware[name] = gpus_by_hardware.value(name, 0) + in.gpus;
+  }
   // The offered rate as the run's summary counts it (all requests by the last arrival).
   nlohmann::json out = {
       {"rate", rate}, {"offered_rate", s.offered_rate}, {"metrics", metrics}, {"layout", full["layout"]}};
+  out["gpus_by_hardware"] = gpus_by_hardware;
   if (!s.failed_by_reason.empty()) out["failed_by_reason"] = s.failed_by_reason;
   out["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return {std::move(out), slo_figures(engine.requests(), w, s)};
@@ -159,14 +169,17 @@ std::vector<nlohmann::json> run_points(const SweepPlan& plan, const std::vector<
     std::stable_sort(runs.begin(), runs.end(),
                      [](const nlohmann::json& a, const nlohmann::json& b) { return a["rate"] < b["rate"]; });
     // The point's layout (instances, GPUs, which first token TTFT counts): the same for each of its runs.
-    nlohmann::json layout;
+    nlohmann::json layout, gpus_by_hardware;
     for (auto& run : runs) {
       if (run.contains("layout") && layout.is_null()) layout = run["layout"];
+      if (run.contains("gpus_by_hardware") && gpus_by_hardware.is_null()) gpus_by_hardware = run["gpus_by_hardware"];
       run.erase("layout");
+      run.erase("gpus_by_hardware");
     }
     nlohmann::json r = {{"index", p.index}, {"key", p.key},        {"name", p.name},
                         {"params", params}, {"build", build_id()}, {"runs", runs}};
     if (!layout.is_null()) r["layout"] = layout;
+    if (!gpus_by_hardware.is_null()) r["gpus_by_hardware"] = gpus_by_hardware;
     if (!s.error.empty()) {
       r["error"] = s.error;
     } else if (s.search) {

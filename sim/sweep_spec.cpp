@@ -124,7 +124,28 @@ std::string point_key(const std::string& build, const std::string& mode, const s
   return hex128(XXH3_128bits(id.data(), id.size())).substr(0, 24);
 }
 
+std::string priced_names(const CostSpec& c) {
+  std::string t;
+  for (const auto& [name, usd] : c.gpu_hour_usd) t += fmt::format("{}{} {}", t.empty() ? "" : ", ", name, usd);
+  return t;
+}
+
+nlohmann::json cost_json(const CostSpec& c) {
+  nlohmann::json j = {{"gpu_hour_usd", c.gpu_hour_usd}, {"example_prices", c.example_prices}};
+  if (c.at_rate) j["at_rate"] = *c.at_rate;
+  return j;
+}
+
 }  // namespace
+
+std::vector<std::string> hardware_names(const Workload& w) {
+  std::vector<std::string> names = {w.hardware.name};
+  if (w.disaggregation.enabled)
+    for (const InstanceOverrides* o : {&w.disaggregation.prefill, &w.disaggregation.decode})
+      if (o->hardware && std::find(names.begin(), names.end(), o->hardware->name) == names.end())
+        names.push_back(o->hardware->name);
+  return names;
+}
 
 std::string build_id() {
   static const std::string id = std::string(TANDEM_CODE_VERSION) + "/" + file_hash("/proc/self/exe").substr(0, 16);
@@ -148,7 +169,7 @@ SweepSpec load_sweep(const std::string& path) {
         fmt::format("{}:1:1: a sweep is a mapping of workload, set, configs, grid, and rates or capacity", path));
   const Field top(root, "", &src);
   top.refuse_tags(2 * int64_t(text.size()) + 16);
-  top.expect_map({"workload", "set", "configs", "grid", "rates", "capacity", "rate_key"});
+  top.expect_map({"workload", "set", "configs", "grid", "rates", "capacity", "rate_key", "cost"});
   SweepSpec s;
   s.path = path;
   if (!top.has("workload")) top["workload"].fail("missing: the base workload file (relative to this file's folder)");
@@ -213,6 +234,23 @@ SweepSpec load_sweep(const std::string& path) {
     cap.tolerance = c.get_double("tolerance", cap.tolerance, 1e-6, 10);
     cap.probes = int32_t(c.get_int("probes", cap.probes, 1, 64));
     s.capacity = cap;
+  }
+  if (top.has("cost")) {
+    const Field c = top["cost"];
+    if (!s.capacity) c.fail("needs a capacity search (capacity:): the cost is of the capacity found");
+    c.expect_map({"gpu_hour_usd", "at_rate"});
+    CostSpec cost;
+    if (c.has("gpu_hour_usd")) {
+      const Field g = c["gpu_hour_usd"];
+      if (!g.is_map()) g.fail("expected a mapping of hardware names to $ per GPU-hour (e.g. {h200: 3.5})");
+      for (const auto& kv : g.node()) cost.gpu_hour_usd[kv.first.Scalar()] = g[kv.first.Scalar()].as_double(1e-9, 1e6);
+      if (cost.gpu_hour_usd.empty()) g.fail("an empty mapping (remove it for the example prices)");
+    } else {
+      cost.gpu_hour_usd = {kExampleGpuHourUsd.begin(), kExampleGpuHourUsd.end()};
+      cost.example_prices = true;
+    }
+    if (c.has("at_rate")) cost.at_rate = c["at_rate"].as_double(1e-9, 1e9);
+    s.cost = cost;
   }
   // The rate key: the arrival rate, or for a trace its rate_scale (a trace has no rate of its own).
   Workload base = load_workload(s.workload_path, s.fixed);
@@ -298,6 +336,12 @@ std::vector<SweepPoint> expand_points(const SweepSpec& spec) {
       if (spec.capacity && spec.capacity->slo.goodput_min && w.slo.ttft_ms <= 0 && w.slo.tpot_ms <= 0)
         throw InputError(fmt::format("{}: point {} ({}): capacity.slo.goodput_min: its workload has no slo: section",
                                      spec.path, p.index, p.name));
+      if (spec.cost)
+        for (const std::string& hw : hardware_names(w))
+          if (!spec.cost->gpu_hour_usd.contains(hw))
+            throw InputError(fmt::format(
+                "{}: point {} ({}): field 'cost.gpu_hour_usd': no price for its hardware '{}' (priced: {})", spec.path,
+                p.index, p.name, hw, priced_names(*spec.cost)));
       p.workload_yaml = to_yaml(w);
       if (first_invalid_utf8(p.workload_yaml) != std::string::npos)
         throw InputError(
@@ -338,6 +382,7 @@ SweepPlan plan_from(const SweepSpec& spec, std::vector<SweepPoint> points) {
   p.rate_key = spec.rate_key;
   p.rates = spec.rates;
   p.capacity = spec.capacity;
+  p.cost = spec.cost;
   for (const auto& pt : points)
     for (const auto& o : pt.params)
       if (std::find(p.param_keys.begin(), p.param_keys.end(), o.key) == p.param_keys.end())
@@ -358,6 +403,7 @@ nlohmann::json plan_json(const SweepSpec& spec, const std::vector<SweepPoint>& p
     j["capacity"] = capacity_json(*spec.capacity);
   else
     j["rates"] = spec.rates;
+  if (spec.cost) j["cost"] = cost_json(*spec.cost);
   j["count"] = points.size();
   nlohmann::json pts = nlohmann::json::array();
   for (const auto& p : points) {
@@ -408,6 +454,16 @@ SweepPlan read_plan(const std::string& path) {
     } else {
       p.rates = j.at("rates").get<std::vector<double>>();
       if (p.rates.empty()) throw bad("no rates");
+    }
+    if (j.contains("cost")) {
+      const auto& c = j.at("cost");
+      CostSpec cost;
+      cost.gpu_hour_usd = c.at("gpu_hour_usd").get<std::map<std::string, double>>();
+      cost.example_prices = c.at("example_prices").get<bool>();
+      if (c.contains("at_rate")) cost.at_rate = c.at("at_rate").get<double>();
+      for (const auto& [name, usd] : cost.gpu_hour_usd)
+        if (!(usd > 0)) throw bad(fmt::format("cost: the price of '{}' is not positive", name));
+      p.cost = cost;
     }
     p.workload_path = j.at("workload_path").get<std::string>();
     for (const auto& pt : j.at("points")) {

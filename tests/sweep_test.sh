@@ -259,5 +259,51 @@ printf 'len\n6\n' >"$tmp/lens.csv"
 expect 0 "" -- sweep run "$tmp/rekey" --index 0
 expect 1 "1 results of another plan ignored|without a complete result: 0" -- sweep collect "$tmp/rekey"
 
+# Cost (#34): each point's GPUs from its layout, priced per GPU-hour by its hardware; capacity per
+# GPU and per dollar; the cheapest configuration whose capacity is at least cost.at_rate.
+cat >"$tmp/cost.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 200}
+configs:
+  - name: one
+  - name: dp2
+    set: {engine.data_parallel: 2}
+  - name: pcie
+    set: {hardware: h200-pcie}
+capacity:
+  slo: {ttft_p99_ms: 2000, tpot_p99_ms: 60}
+  lo: 1
+  hi: 200
+  tolerance: 0.1
+cost:
+  gpu_hour_usd: {h200: 2, h200-pcie: 1.5}
+  at_rate: 60
+EOF
+expect 0 "^cheapest meeting the SLO at requests.arrival.rate 60: dp2 \(dp2, 2 GPUs\) at \\\$4.00/hour" -- sweep "$tmp/cost.yaml" --out "$tmp/cost" -j 2
+python3 - "$tmp/cost/capacity.csv" <<'PY' && ok || fail "cost: capacity.csv's per-GPU and per-dollar figures"
+import csv, sys
+rows = {r["name"]: r for r in csv.DictReader(open(sys.argv[1]))}
+price = {"one": 2, "dp2": 4, "pcie": 1.5}
+for name, r in rows.items():
+    cap, gpus = float(r["capacity"]), int(r["gpus"])
+    print("cost: %s capacity %.4g, %d GPU(s), $%s/hour, %.0f requests/$" % (name, cap, gpus, r["usd_per_hour"], float(r["requests_per_usd"])))
+    assert gpus == (2 if name == "dp2" else 1), r
+    assert float(r["usd_per_hour"]) == price[name], r
+    assert abs(float(r["capacity_per_gpu"]) - cap / gpus) < 1e-9 * cap, r
+    assert abs(float(r["requests_per_usd"]) - cap * 3600 / price[name]) < 1e-6 * cap * 3600, r
+# The answer is the cheapest of those whose capacity is at least 60: these two alone miss it.
+assert float(rows["one"]["capacity"]) < 60 and float(rows["pcie"]["capacity"]) < 60, rows
+assert float(rows["dp2"]["capacity"]) >= 60, rows["dp2"]
+PY
+# Without prices, tandem's example prices, labelled as examples; bad cost sections exit 2 naming the field.
+sed -i '/gpu_hour_usd/d' "$tmp/cost.yaml"
+expect 0 "tandem's example prices, not quotes" -- sweep "$tmp/cost.yaml" --out "$tmp/cost-ex" -j 2
+printf 'workload: %s\nrates: [10]\ncost: {at_rate: 5}\n' "$d/fixed_step.yaml" >"$tmp/cost-rates.yaml"
+expect 2 "cost-rates.yaml:3:7: field 'cost': needs a capacity search" -- sweep "$tmp/cost-rates.yaml" --out "$tmp/x"
+printf 'workload: %s\ncapacity: {slo: {ttft_p99_ms: 2}, lo: 1, hi: 2}\ncost: {gpu_hour_usd: {h200: -1}}\n' "$d/fixed_step.yaml" >"$tmp/cost-neg.yaml"
+expect 2 "cost-neg.yaml:3:29: field 'cost.gpu_hour_usd.h200': .*out of range" -- sweep "$tmp/cost-neg.yaml" --out "$tmp/x"
+printf 'workload: %s\ncapacity: {slo: {ttft_p99_ms: 2}, lo: 1, hi: 2}\ncost: {gpu_hour_usd: {h100: 2}}\n' "$d/fixed_step.yaml" >"$tmp/cost-none.yaml"
+expect 2 "field 'cost.gpu_hour_usd': no price for its hardware 'fixed-1ms' \(priced: h100 2\)" -- sweep "$tmp/cost-none.yaml" --out "$tmp/x"
+
 echo "sweep: $passes passed, $fails failed"
 [ "$fails" = 0 ]
