@@ -38,6 +38,10 @@ struct ArrivalSpec {
   double cv = 1.0;         // gamma: coefficient of variation of inter-arrival times
   int64_t burst_size = 0;  // burst: requests per burst (0: all at once)
   double interval_s = 0;   // burst: time between bursts
+  // poisson, gamma: scale the drawn gaps so that the last of `count` arrivals is at count / rate,
+  // as vLLM's `bench serve` does (its offered rate is then exactly `rate`); off, the drawn gaps
+  // as they are (the offered rate is a draw, a few % from `rate`).
+  bool normalize = false;
 };
 
 struct SharedPrefixSpec {

@@ -129,14 +129,16 @@ ArrivalSpec parse_arrival(const Field& f) {
   ArrivalSpec a;
   const std::string p = f["process"].as_string();
   if (p == "poisson") {
-    f.expect_map({"process", "rate"});
+    f.expect_map({"process", "rate", "normalize"});
     a.kind = ArrivalSpec::Kind::Poisson;
     a.rate = f["rate"].as_double(1e-9, 1e9);
+    if (f.has("normalize")) a.normalize = f["normalize"].as_bool();
   } else if (p == "gamma") {
-    f.expect_map({"process", "rate", "cv"});
+    f.expect_map({"process", "rate", "cv", "normalize"});
     a.kind = ArrivalSpec::Kind::Gamma;
     a.rate = f["rate"].as_double(1e-9, 1e9);
     a.cv = f["cv"].as_double(1e-3, 1e3);
+    if (f.has("normalize")) a.normalize = f["normalize"].as_bool();
   } else if (p == "constant") {
     f.expect_map({"process", "rate"});
     a.kind = ArrivalSpec::Kind::Constant;
@@ -270,6 +272,7 @@ YAML::Node requests_yaml(const RequestsSpec& r) {
     } else {
       n["arrival"]["rate"] = yaml_number(r.arrival.rate);
       if (r.arrival.kind == ArrivalSpec::Kind::Gamma) n["arrival"]["cv"] = yaml_number(r.arrival.cv);
+      if (r.arrival.normalize) n["arrival"]["normalize"] = true;  // only when on: default workloads resolve as before
     }
     n["prompt_len"] = dist_yaml(r.prompt_len);
     n["output_len"] = dist_yaml(r.output_len);

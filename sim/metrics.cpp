@@ -209,6 +209,13 @@ Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload
     s.goodput_requests_per_s = double(good) / s.makespan_s;
   }
   s.goodput_fraction = s.finished ? double(good) / double(s.finished) : 0.0;
+  Time last_arrival = 0;
+  for (const Request& r : reqs) last_arrival = std::max(last_arrival, r.arrival);
+  s.offered_rate = last_arrival > 0 ? double(reqs.size()) / to_seconds(last_arrival) : 0.0;
+  if (!w.requests.trace && w.requests.arrival.kind != ArrivalSpec::Kind::Burst) {
+    s.configured_rate = w.requests.arrival.rate;
+    s.arrival_normalized = w.requests.arrival.normalize;
+  }
   s.has_slo = w.slo.any();
   if (s.has_slo) s.attainment = slo_attainment(reqs, w.slo);
   s.slo_ttft_ms = w.slo.ttft_ms;

@@ -130,6 +130,11 @@ struct Summary {
   Percentiles ttft_ms, tpot_ms, itl_ms, e2e_ms, queue_ms;
   std::vector<LogHistogram::Bucket> itl_histogram_ns;
   double requests_per_s = 0, output_tokens_per_s = 0, total_tokens_per_s = 0;
+  // The load: configured_rate, requests.arrival.rate (0: a trace or bursts, which have none);
+  // offered_rate, all requests over the time from the run's start to the last arrival (vLLM's
+  // count / rate); equal with requests.arrival.normalize.
+  double configured_rate = 0, offered_rate = 0;
+  bool arrival_normalized = false;
   int64_t total = 0, finished = 0, failed = 0, cancelled = 0;
   std::map<std::string, int64_t> failed_by_reason;
   double jitter_ms = 0;  // mean over requests of the standard deviation of their ITLs

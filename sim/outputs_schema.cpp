@@ -37,6 +37,10 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
   j["throughput"] = {{"requests_per_s", s.requests_per_s},
                      {"output_tokens_per_s", s.output_tokens_per_s},
                      {"total_tokens_per_s", s.total_tokens_per_s}};
+  // The load offered beside the one configured: a drawn process offers a few % off its rate.
+  j["arrival"] = {{"configured_rate", s.configured_rate > 0 ? nlohmann::json(s.configured_rate) : nlohmann::json()},
+                  {"offered_rate", s.offered_rate},
+                  {"normalized", s.arrival_normalized}};
   j["requests"] = {{"total", s.total},
                    {"finished", s.finished},
                    {"failed", s.failed},
@@ -258,6 +262,11 @@ void print_summary(std::ostream& os, const Summary& s) {
   fmt::print(os, "workload {}  policy {}  backend {}\n", s.workload, s.policy, s.backend);
   const nlohmann::json layout = layout_json(s.layout);
   fmt::print(os, "layout {}; TTFT counts {}\n", layout_text(layout), first_token_text(layout));
+  if (s.configured_rate > 0)
+    fmt::print(os, "arrival rate {:.4g} req/s configured, {:.4g} offered ({} requests by the last arrival{})\n",
+               s.configured_rate, s.offered_rate, s.total, s.arrival_normalized ? ", normalized" : "");
+  else
+    fmt::print(os, "arrival rate {:.4g} req/s offered ({} requests by the last arrival)\n", s.offered_rate, s.total);
   fmt::print(os, "requests {}: finished {}, cancelled {}, failed {}", s.total, s.finished, s.cancelled, s.failed);
   for (const auto& [why, n] : s.failed_by_reason) fmt::print(os, " [{} {}]", why, n);
   fmt::print(os, "\n");

@@ -126,9 +126,14 @@ int cmd_local(const std::vector<std::string>& args) {
   const SweepPlan plan = plan_from(spec, std::move(points));
   make_out_dir(dir);
   write_text(dir + "/plan.json", plan_j.dump(1) + "\n");
-  int64_t stale = 0;
-  std::map<int64_t, nlohmann::json> done;
-  if (!vm["force"].as<bool>()) done = load_results(plan, dir, &stale);
+  LoadedResults loaded;
+  if (!vm["force"].as<bool>()) loaded = load_results(plan, dir, build_id());
+  const int64_t stale = loaded.stale;
+  std::map<int64_t, nlohmann::json>& done = loaded.points;
+  // Another build's results are never reused: their points run again with this one.
+  if (!loaded.other_build.empty())
+    std::cerr << fmt::format("sweep: {} result(s) in {}/results of another build not reused (this build is {}): {}\n",
+                             loaded.other_build.size(), dir, build_id(), loaded.other_build_text());
   std::vector<int64_t> todo;
   int64_t reused = 0;
   for (const auto& p : plan.points) {
@@ -199,7 +204,13 @@ int cmd_run_slice(const std::vector<std::string>& args) {
   if (!vm.count("dir") || !vm.count("index"))
     throw InputError(std::string("sweep run: needs DIR and --index I\n") + kSweepUsage);
   const std::string dir = vm["dir"].as<std::string>();
-  const SweepPlan plan = read_plan(dir + "/plan.json");
+  SweepPlan plan = read_plan(dir + "/plan.json");
+  // A point's figures belong to the binary that computed them: this build runs only its own plan.
+  if (plan.build != build_id())
+    throw InputError(fmt::format(
+        "sweep run: {}/plan.json was planned by build {}, and this tandem is build {}: run the points with the "
+        "plan's build, or plan again with this one (tandem sweep plan SWEEP.yaml --out DIR)",
+        dir, plan.build, build_id()));
   const int64_t first = vm["index"].as<int64_t>(), count = vm["count"].as<int64_t>();
   const int64_t n = int64_t(plan.points.size());
   if (first < 0 || first >= n)
@@ -207,6 +218,9 @@ int cmd_run_slice(const std::vector<std::string>& args) {
   if (count < 1) throw InputError(fmt::format("sweep run: --count {}: at least 1", count));
   std::vector<int64_t> indices;
   for (int64_t i = first; i < std::min(n, first + count); ++i) indices.push_back(i);
+  // Keys as this build computes them, with the files as they are here: a trace that differs from
+  // the planner's gives a key the plan does not hold, which collect and tools/sweep-ray refuse.
+  rekey_points(plan, indices);
   const bool to_stdout = vm["stdout"].as<bool>();
   SweepRunOptions o;
   o.threads = vm["jobs"].as<int>();
@@ -232,8 +246,14 @@ int cmd_collect(const std::vector<std::string>& args) {
   if (!vm.count("dir")) throw InputError(std::string("sweep collect: needs DIR\n") + kSweepUsage);
   const std::string dir = vm["dir"].as<std::string>();
   const SweepPlan plan = read_plan(dir + "/plan.json");
-  int64_t stale = 0;
-  const auto results = load_results(plan, dir, &stale);
+  const LoadedResults loaded = load_results(plan, dir, plan.build);
+  if (!loaded.other_build.empty())
+    throw InputError(fmt::format(
+        "sweep collect: {}: {} result(s) of another build than the plan's ({}): {}; run those points with the "
+        "plan's build (tandem sweep run {} --index I), or plan again with theirs",
+        dir, loaded.other_build.size(), plan.build, loaded.other_build_text(), dir));
+  const int64_t stale = loaded.stale;
+  const auto& results = loaded.points;
   std::ostringstream table;
   const std::vector<int64_t> missing = write_sweep_outputs(plan, results, dir, table);
   if (!vm["quiet"].as<bool>()) std::cout << table.str();

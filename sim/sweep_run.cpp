@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -55,16 +56,58 @@ Workload point_workload(const SweepPlan& plan, const SweepPoint& point, double r
   return parse_workload(point.workload_yaml, plan.workload_path, {{plan.rate_key, fmt::format("{}", rate)}});
 }
 
-nlohmann::json simulate_point(Workload w, double rate, const std::optional<std::string>& run_dir) {
+namespace {
+// Reasons that hold whatever the arrival rate: the request cannot be served by this configuration.
+bool fails_at_any_rate(FailReason r) {
+  switch (r) {
+    case FailReason::EmptyPrompt:
+    case FailReason::EmptyOutput:
+    case FailReason::ExceedsMaxModelLen:
+    case FailReason::ExceedsKvCapacity:
+    case FailReason::PromptOverBudget:
+    case FailReason::NoStateSlots:
+    case FailReason::ExceedsDecodeKvCapacity: return true;
+    default: return false;
+  }
+}
+}  // namespace
+
+RunSloFigures slo_figures(std::span<const Request> requests, const Workload& w, const Summary& s) {
+  RunSloFigures f;
+  std::vector<double> ttft, tpot;
+  int64_t good = 0;
+  for (const Request& r : requests) {
+    ++f.total;
+    if (r.status == RequestStatus::Failed) {
+      ++f.failed;
+      ++f.failed_by_reason[std::string(to_string(r.fail_reason))];
+      f.failed_at_any_rate += fails_at_any_rate(r.fail_reason);
+      continue;
+    }
+    if (r.status == RequestStatus::Cancelled) ++f.cancelled;
+    if (r.status != RequestStatus::Finished) continue;
+    ++f.finished;
+    // TTFT, TPOT and goodput as the run's summary counts them (MetricsRecorder::summarize).
+    const double t_ttft = to_ms(r.first_token - r.arrival);
+    const double t_tpot = r.generated > 1 ? to_ms(r.last_token - r.first_token) / (r.generated - 1) : 0.0;
+    ttft.push_back(t_ttft);
+    if (r.generated > 1) tpot.push_back(t_tpot);
+    good += (w.slo.ttft_ms <= 0 || t_ttft <= w.slo.ttft_ms) && (w.slo.tpot_ms <= 0 || t_tpot <= w.slo.tpot_ms);
+  }
+  const int64_t unfinished = f.unfinished();
+  f.ttft_p99_ms = p99_over_all(std::move(ttft), f.total);
+  f.tpot_n = int64_t(tpot.size()) + unfinished;
+  if (f.tpot_n > 0) f.tpot_p99_ms = p99_over_all(std::move(tpot), f.tpot_n);
+  if (s.itl_ms.n > 0 || unfinished > 0)
+    f.itl_p99_ms = nearest_rank(99, f.total) > f.finished ? std::numeric_limits<double>::infinity() : s.itl_ms.p99;
+  f.goodput_fraction = f.total ? double(good) / double(f.total) : 0.0;
+  return f;
+}
+
+PointRun simulate_point(Workload w, double rate, const std::optional<std::string>& run_dir) {
   RunExecutors run = make_run_executors(w, "sim");
   VirtualClock clock;
   RequestSet rs = generate_requests(w);
-  double offered = 0;
-  if (rs.requests.size() > 1) {
-    Time first = rs.requests.front().arrival, last = first;
-    for (const Request& r : rs.requests) first = std::min(first, r.arrival), last = std::max(last, r.arrival);
-    if (last > first) offered = double(rs.requests.size() - 1) / to_seconds(last - first);
-  }
   Engine engine(w, std::move(rs), run.executors, clock, run.channel);
   std::unique_ptr<RunOutputs> outputs;
   if (run_dir) {
@@ -79,16 +122,22 @@ nlohmann::json simulate_point(Workload w, double rate, const std::optional<std::
   nlohmann::json metrics = nlohmann::json::object();
   for (const std::string& c : sweep_metric_columns())
     if (const nlohmann::json* v = json_at_path(full, c); v && v->is_number()) metrics[c] = *v;
-  nlohmann::json out = {{"rate", rate}, {"offered_rate", offered}, {"metrics", metrics}, {"layout", full["layout"]}};
+  // GPUs by hardware (the instances' own in 1P1D), which a sweep's cost: section prices.
+  nlohmann::json gpus_by_hardware = nlohmann::json::object();
+  for (const InstanceLayout& in : engine.layout().instances) {
+    const std::optional<HardwareSpec>* own = in.role == "prefill"  ? &w.disaggregation.prefill.hardware
+                                             : in.role == "decode" ? &w.disaggregation.decode.hardware
+                                                                   : nullptr;
+    const std::string name = own && *own ? (**own).name : w.hardware.name;
+    gpus_by_hardware[name] = gpus_by_hardware.value(name, 0) + in.gpus;
+  }
+  // The offered rate as the run's summary counts it (all requests by the last arrival).
+  nlohmann::json out = {
+      {"rate", rate}, {"offered_rate", s.offered_rate}, {"metrics", metrics}, {"layout", full["layout"]}};
+  out["gpus_by_hardware"] = gpus_by_hardware;
   if (!s.failed_by_reason.empty()) out["failed_by_reason"] = s.failed_by_reason;
   out["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // The SLO check reads the summary's own shape.
-  out["_summary"] = nlohmann::json{{"requests", full["requests"]},
-                                   {"ttft_ms", full["ttft_ms"]},
-                                   {"tpot_ms", full["tpot_ms"]},
-                                   {"itl_ms", full["itl_ms"]}};
-  if (full.contains("goodput")) out["_summary"]["goodput"] = full["goodput"];
-  return out;
+  return {std::move(out), slo_figures(engine.requests(), w, s)};
 }
 
 std::vector<nlohmann::json> run_points(const SweepPlan& plan, const std::vector<int64_t>& indices,
@@ -100,12 +149,13 @@ std::vector<nlohmann::json> run_points(const SweepPlan& plan, const std::vector<
     std::string error;
     bool started = false, done = false;
     std::shared_ptr<const Workload> parsed;  // the point's workload, parsed by its first run
+    std::string at_any_rate;                 // why no rate meets the SLO (misses_at_any_rate), if so
   };
   std::vector<State> states;
   for (int64_t i : indices) {
     if (i < 0 || i >= int64_t(plan.points.size()))
       throw InputError(fmt::format("point {} is not in the plan (it has {})", i, plan.points.size()));
-    State s{&plan.points[size_t(i)], {}, nlohmann::json::array(), "", false, false, nullptr};
+    State s{&plan.points[size_t(i)], {}, nlohmann::json::array(), "", false, false, nullptr, ""};
     if (plan.capacity) s.search.emplace(*plan.capacity);
     states.push_back(std::move(s));
   }
@@ -119,14 +169,17 @@ std::vector<nlohmann::json> run_points(const SweepPlan& plan, const std::vector<
     std::stable_sort(runs.begin(), runs.end(),
                      [](const nlohmann::json& a, const nlohmann::json& b) { return a["rate"] < b["rate"]; });
     // The point's layout (instances, GPUs, which first token TTFT counts): the same for each of its runs.
-    nlohmann::json layout;
+    nlohmann::json layout, gpus_by_hardware;
     for (auto& run : runs) {
       if (run.contains("layout") && layout.is_null()) layout = run["layout"];
+      if (run.contains("gpus_by_hardware") && gpus_by_hardware.is_null()) gpus_by_hardware = run["gpus_by_hardware"];
       run.erase("layout");
+      run.erase("gpus_by_hardware");
     }
     nlohmann::json r = {{"index", p.index}, {"key", p.key},        {"name", p.name},
                         {"params", params}, {"build", build_id()}, {"runs", runs}};
     if (!layout.is_null()) r["layout"] = layout;
+    if (!gpus_by_hardware.is_null()) r["gpus_by_hardware"] = gpus_by_hardware;
     if (!s.error.empty()) {
       r["error"] = s.error;
     } else if (s.search) {
@@ -135,6 +188,7 @@ std::vector<nlohmann::json> run_points(const SweepPlan& plan, const std::vector<
                        {"rate", c.capacity},
                        {"first_missed", c.first_bad},
                        {"runs", c.runs}};
+      if (c.status == CapacitySearch::Status::CannotFinish) r["capacity"]["why"] = s.at_any_rate;
     }
     return r;
   };
@@ -150,7 +204,7 @@ std::vector<nlohmann::json> run_points(const SweepPlan& plan, const std::vector<
   };
   struct Round {
     std::vector<double> rates;
-    std::vector<nlohmann::json> out;
+    std::vector<PointRun> out;
     std::vector<std::string> errors;
     size_t outstanding = 0;
   };
@@ -174,7 +228,7 @@ std::vector<nlohmann::json> run_points(const SweepPlan& plan, const std::vector<
       return;
     }
     rounds[i] =
-        Round{rates, std::vector<nlohmann::json>(rates.size()), std::vector<std::string>(rates.size()), rates.size()};
+        Round{rates, std::vector<PointRun>(rates.size()), std::vector<std::string>(rates.size()), rates.size()};
     for (double r : rates) queue.push_back({i, r});
     cv.notify_all();
   };
@@ -192,7 +246,7 @@ std::vector<nlohmann::json> run_points(const SweepPlan& plan, const std::vector<
       const SweepPoint& p = *states[job.state].point;
       const std::shared_ptr<const Workload> parsed = states[job.state].parsed;  // read under mu
       lock.unlock();
-      nlohmann::json result;
+      PointRun result;
       std::string error;
       std::shared_ptr<const Workload> mine;
       try {
@@ -218,14 +272,17 @@ std::vector<nlohmann::json> run_points(const SweepPlan& plan, const std::vector<
             if (s.error.empty()) s.error = rd.errors[k];
             continue;
           }
-          nlohmann::json& run = rd.out[k];
+          nlohmann::json& run = rd.out[k].out;
           if (plan.capacity) {
-            const SloVerdict v = meets_slo(plan.capacity->slo, run["_summary"]);
+            const RunSloFigures& f = rd.out[k].slo;
+            const SloVerdict v = meets_slo(plan.capacity->slo, f);
+            std::string never;
+            const bool at_any_rate = !v.ok && misses_at_any_rate(plan.capacity->slo, f, &never);
+            if (at_any_rate && s.at_any_rate.empty()) s.at_any_rate = never;
             run["meets_slo"] = v.ok;
             if (!v.ok) run["why"] = v.why;
-            s.search->record(rd.rates[k], v.ok);
+            s.search->record(rd.rates[k], v.ok, at_any_rate);
           }
-          run.erase("_summary");
           s.runs.push_back(std::move(run));
         }
         advance(job.state);

@@ -6,9 +6,13 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "core/request.h"
+#include "sim/metrics.h"
+#include "sim/sweep_search.h"
 #include "sim/sweep_spec.h"
 
 namespace tandem {
@@ -30,9 +34,16 @@ struct SweepRunOptions {
 // saves parsing it again where the rate key is the arrival rate or a trace's rate_scale (both
 // checked only for their range, which the sweep file's rates passed).
 Workload point_workload(const SweepPlan& plan, const SweepPoint& point, double rate, const Workload* parsed = nullptr);
+// Every request of a finished run, as the SLO verdict counts them (RunSloFigures).
+RunSloFigures slo_figures(std::span<const Request> requests, const Workload& w, const Summary& s);
+
 // One simulated run of `w` (a point's workload at `rate`): its summary's metrics
-// (sweep_metric_columns), and with run_dir its run folder written there.
-nlohmann::json simulate_point(Workload w, double rate, const std::optional<std::string>& run_dir);
+// (sweep_metric_columns) and what its SLO verdict reads; with run_dir its run folder written there.
+struct PointRun {
+  nlohmann::json out;
+  RunSloFigures slo;
+};
+PointRun simulate_point(Workload w, double rate, const std::optional<std::string>& run_dir);
 
 // Runs the points at `indices` of the plan; returns one result object per point, in order. A
 // point whose run failed at run time has an "error" and no capacity; the others are complete.

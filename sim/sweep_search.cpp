@@ -2,34 +2,65 @@
 
 #include <fmt/format.h>
 
-#include "core/json_strict.h"
-
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace tandem {
 
-SloVerdict meets_slo(const SweepSlo& slo, const nlohmann::json& s) {
-  const nlohmann::json* finished = json_at_path(s, "requests.finished");
-  if (!finished || finished->get<int64_t>() == 0) return {false, "no request finished"};
-  const auto check = [&](const std::optional<double>& limit, const char* path, const char* name) -> std::string {
-    if (!limit) return "";
-    const nlohmann::json* v = json_at_path(s, path);
-    // A metric with no sample (no request decoded twice: no TPOT) cannot miss the SLO.
-    if (!v || !v->is_number()) return "";
-    const double x = v->get<double>();
-    return x > *limit ? fmt::format("{} {:.4g} > {:.4g}", name, x, *limit) : "";
+int64_t nearest_rank(double p, int64_t n) {
+  return std::max<int64_t>(1, int64_t(std::ceil(p / 100.0 * double(n))));
+}
+
+std::optional<double> p99_over_all(std::vector<double> finished, int64_t n) {
+  if (n <= 0) return std::nullopt;
+  const int64_t rank = nearest_rank(99, n);
+  if (rank > int64_t(finished.size())) return std::numeric_limits<double>::infinity();
+  std::nth_element(finished.begin(), finished.begin() + (rank - 1), finished.end());
+  return finished[size_t(rank - 1)];
+}
+
+namespace {
+std::string unfinished_text(const RunSloFigures& f) {
+  return fmt::format("{} did not finish ({} failed, {} cancelled)", f.unfinished(), f.failed, f.cancelled);
+}
+}  // namespace
+
+SloVerdict meets_slo(const SweepSlo& slo, const RunSloFigures& f) {
+  if (f.finished == 0) return {false, fmt::format("no request of {} finished", f.total)};
+  const auto check = [&](const std::optional<double>& limit, const std::optional<double>& v,
+                         const char* name) -> std::string {
+    // A figure with no sample (no request decoded twice: no TPOT) cannot miss the SLO.
+    if (!limit || !v) return "";
+    if (std::isinf(*v))
+      return fmt::format("{} over all {} requests > {:.4g}: {}", name, f.total, *limit, unfinished_text(f));
+    return *v > *limit ? fmt::format("{} {:.4g} > {:.4g}", name, *v, *limit) : "";
   };
-  for (const std::string& why :
-       {check(slo.ttft_p99_ms, "ttft_ms.p99", "ttft_p99_ms"), check(slo.tpot_p99_ms, "tpot_ms.p99", "tpot_p99_ms"),
-        check(slo.itl_p99_ms, "itl_ms.p99", "itl_p99_ms")})
+  for (const std::string& why : {check(slo.ttft_p99_ms, f.ttft_p99_ms, "ttft_p99_ms"),
+                                 check(slo.tpot_p99_ms, f.tpot_p99_ms, "tpot_p99_ms"),
+                                 check(slo.itl_p99_ms, f.itl_p99_ms, "itl_p99_ms")})
     if (!why.empty()) return {false, why};
-  if (slo.goodput_min) {
-    const nlohmann::json* g = json_at_path(s, "goodput.fraction");
-    const double x = g && g->is_number() ? g->get<double>() : 0;
-    if (x < *slo.goodput_min) return {false, fmt::format("goodput {:.4g} < {:.4g}", x, *slo.goodput_min)};
-  }
+  if (slo.goodput_min && f.goodput_fraction < *slo.goodput_min)
+    return {false, fmt::format("goodput {:.4g} < {:.4g} over all {} requests{}", f.goodput_fraction, *slo.goodput_min,
+                               f.total, f.unfinished() ? "; " + unfinished_text(f) : "")};
   return {true, ""};
+}
+
+bool misses_at_any_rate(const SweepSlo& slo, const RunSloFigures& f, std::string* why) {
+  const int64_t never = f.failed_at_any_rate;
+  if (never == 0 || f.total == 0) return false;
+  // As if every other request met every term: the terms still missed are missed at every rate.
+  const auto breaks_p99 = [&](int64_t n) { return n > 0 && nearest_rank(99, n) > n - never; };
+  const bool miss = ((slo.ttft_p99_ms || slo.itl_p99_ms) && breaks_p99(f.total)) ||
+                    (slo.tpot_p99_ms && breaks_p99(f.tpot_n)) ||
+                    (slo.goodput_min && double(f.total - never) / double(f.total) < *slo.goodput_min);
+  if (!miss) return false;
+  if (why) {
+    std::string reasons;
+    for (const auto& [reason, n] : f.failed_by_reason) reasons += fmt::format("{}{} {}", reasons.empty() ? "" : ", ", reason, n);
+    *why = fmt::format("{} of {} requests fail at any rate ({})", never, f.total, reasons);
+  }
+  return true;
 }
 
 bool CapacitySearch::known(double rate, bool* ok) const {
@@ -68,14 +99,18 @@ std::vector<double> CapacitySearch::next() const {
   return r;
 }
 
-void CapacitySearch::record(double rate, bool ok) { runs_.push_back({rate, ok}); }
+void CapacitySearch::record(double rate, bool ok, bool at_any_rate) { runs_.push_back({rate, ok, at_any_rate}); }
 
 CapacitySearch::Result CapacitySearch::result() const {
   Result r;
   r.runs = int32_t(runs_.size());
   bool lo_ok = false, hi_ok = false;
   const bool lo_known = known(spec_.lo, &lo_ok), hi_known = known(spec_.hi, &hi_ok);
-  if (lo_known && !lo_ok) {
+  const bool never = std::any_of(runs_.begin(), runs_.end(), [](const Run& x) { return x.at_any_rate; });
+  if (never) {
+    r.status = Status::CannotFinish;
+    r.first_bad = spec_.lo;
+  } else if (lo_known && !lo_ok) {
     r.status = Status::BelowLo;
     r.first_bad = spec_.lo;
   } else if (hi_known && hi_ok) {
@@ -92,6 +127,7 @@ const char* CapacitySearch::status_name(Status s) {
     case Status::Found: return "found";
     case Status::BelowLo: return "below_lo";
     case Status::AtLeastHi: return "at_least_hi";
+    case Status::CannotFinish: return "cannot_finish";
   }
   return "?";
 }

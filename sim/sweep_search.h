@@ -8,7 +8,8 @@
 // crossing, and every run is kept in the results to show it.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,23 +17,54 @@
 
 namespace tandem {
 
-// Whether a run's summary (summary.json's keys) meets the SLO; `why` names the first term missed
-// ("tpot_p99_ms 12.3 > 10") or a run that finished no request.
+// What a run's SLO verdict reads: every request of the run. A request that failed or was cancelled
+// counts as a miss of every term (an infinitely late request), so a configuration cannot pass by
+// failing the requests it cannot serve: the denominator is always the run's `total`.
+struct RunSloFigures {
+  int64_t total = 0, finished = 0, failed = 0, cancelled = 0;
+  // Failed for a reason no arrival rate changes (a prompt over max_model_len, the token budget or
+  // the whole KV cache, ...): the same requests fail at every rate.
+  int64_t failed_at_any_rate = 0;
+  std::map<std::string, int64_t> failed_by_reason;
+  // p99 over all requests (nearest rank, as summary.json's), the unfinished counted as infinitely
+  // late: +infinity when the rank falls among them; nullopt when no request has the figure (TPOT
+  // needs two tokens). tpot_n: the requests it ranks (those with a TPOT, and the unfinished).
+  std::optional<double> ttft_p99_ms, tpot_p99_ms;
+  int64_t tpot_n = 0;
+  // ITL is per token, and an unfinished request has no tokens to rank: the finished requests'
+  // gaps' p99, and +infinity when more requests did not finish than a p99 over requests allows.
+  std::optional<double> itl_p99_ms;
+  double goodput_fraction = 0;  // requests within the workload's slo: section, over all requests
+  int64_t unfinished() const { return total - finished; }
+};
+
+// The nearest rank of the p-th percentile of n values (1-based): ceil(p/100 * n), at least 1.
+int64_t nearest_rank(double p, int64_t n);
+// The p99 of `finished` values over `n` requests, n - finished of them unfinished (infinite).
+std::optional<double> p99_over_all(std::vector<double> finished, int64_t n);
+
+// Whether a run meets the SLO; `why` names the first term missed ("tpot_p99_ms 12.3 > 10", or
+// how many requests did not finish when they decide it).
 struct SloVerdict {
   bool ok = false;
   std::string why;
 };
-SloVerdict meets_slo(const SweepSlo& slo, const nlohmann::json& summary);
+SloVerdict meets_slo(const SweepSlo& slo, const RunSloFigures& f);
+// Whether the requests that fail at any rate alone break a term of the SLO (then no rate meets it);
+// `why` says so with their count and reasons.
+bool misses_at_any_rate(const SweepSlo& slo, const RunSloFigures& f, std::string* why);
 
 class CapacitySearch {
  public:
   explicit CapacitySearch(const CapacitySpec& spec) : spec_(spec) {}
   // The rates to run next (empty: done). Each must be record()ed before the next call.
   std::vector<double> next() const;
-  void record(double rate, bool ok);
+  // at_any_rate: the run missed because of requests that fail at every rate (misses_at_any_rate).
+  void record(double rate, bool ok, bool at_any_rate = false);
   bool done() const { return next().empty(); }
 
-  enum class Status { Found, BelowLo, AtLeastHi };
+    // CannotFinish: requests that fail at every rate break the SLO, so no rate meets it (not a number).
+  enum class Status { Found, BelowLo, AtLeastHi, CannotFinish };
   struct Result {
     Status status = Status::Found;
     double capacity = 0;   // the highest rate that met the SLO (0: none)
@@ -53,6 +85,7 @@ class CapacitySearch {
   struct Run {
     double rate;
     bool ok;
+    bool at_any_rate;
   };
   std::vector<Run> runs_;
 };

@@ -76,34 +76,76 @@ std::string point_name(const std::string& config, const std::vector<Override>& g
   return s.empty() ? "base" : s;
 }
 
-// Where every file a resolved workload names is, with its contents' hash: a trace or a profile
-// that changes changes the points that read it. Any scalar naming an existing regular file counts.
-void hash_referenced_files(const YAML::Node& n, std::map<std::string, std::string>& seen) {
+// The absolute paths a resolved workload names (its scalars that start with '/'): each one that is
+// a regular file counts in the point's key with its contents' hash, so a trace or a profile that
+// changes changes the points that read it.
+void collect_paths(const YAML::Node& n, std::set<std::string>& out) {
   if (n.IsScalar()) {
-    const std::string& s = n.Scalar();
-    std::error_code ec;
-    if (s.size() > 1 && s[0] == '/' && !seen.contains(s) && fs::is_regular_file(s, ec)) seen[s] = file_hash(s);
+    if (n.Scalar().size() > 1 && n.Scalar()[0] == '/') out.insert(n.Scalar());
   } else if (n.IsMap()) {
-    for (const auto& kv : n) hash_referenced_files(kv.second, seen);
+    for (const auto& kv : n) collect_paths(kv.second, out);
   } else if (n.IsSequence()) {
-    for (const auto& v : n) hash_referenced_files(v, seen);
+    for (const auto& v : n) collect_paths(v, out);
   }
 }
 
-std::string mode_text(const SweepSpec& s) {
-  if (!s.capacity) {
-    std::string t = "rates " + s.rate_key;
-    for (double r : s.rates) t += fmt::format(" {}", r);
+std::string mode_text(const std::string& rate_key, const std::vector<double>& rates,
+                      const std::optional<CapacitySpec>& capacity) {
+  if (!capacity) {
+    std::string t = "rates " + rate_key;
+    for (double r : rates) t += fmt::format(" {}", r);
     return t;
   }
-  const CapacitySpec& c = *s.capacity;
+  const CapacitySpec& c = *capacity;
   const auto opt = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string("-"); };
-  return fmt::format("capacity {} lo {} hi {} tol {} probes {} ttft {} tpot {} itl {} goodput {}", s.rate_key, c.lo,
+  return fmt::format("capacity {} lo {} hi {} tol {} probes {} ttft {} tpot {} itl {} goodput {}", rate_key, c.lo,
                      c.hi, c.tolerance, c.probes, opt(c.slo.ttft_p99_ms), opt(c.slo.tpot_p99_ms), opt(c.slo.itl_p99_ms),
                      opt(c.slo.goodput_min));
 }
 
+// A point's key: the build, the mode, its resolved workload and the contents of the files that
+// workload names (hashes cached by path across points).
+std::string point_key(const std::string& build, const std::string& mode, const std::string& workload_yaml,
+                      std::map<std::string, std::string>& hash_cache) {
+  std::set<std::string> paths;
+  try {
+    collect_paths(YAML::Load(workload_yaml), paths);
+  } catch (const YAML::Exception&) {
+    // A workload that is not YAML (a plan edited by hand) fails when its point runs, with its
+    // error in the point's result; its key is then its text's alone.
+  }
+  std::string id = build + "\n" + mode + "\n" + workload_yaml;
+  for (const std::string& f : paths) {
+    auto it = hash_cache.find(f);
+    std::error_code ec;
+    if (it == hash_cache.end() && fs::is_regular_file(f, ec)) it = hash_cache.emplace(f, file_hash(f)).first;
+    if (it != hash_cache.end()) id += "\n" + f + " " + it->second;
+  }
+  return hex128(XXH3_128bits(id.data(), id.size())).substr(0, 24);
+}
+
+std::string priced_names(const CostSpec& c) {
+  std::string t;
+  for (const auto& [name, usd] : c.gpu_hour_usd) t += fmt::format("{}{} {}", t.empty() ? "" : ", ", name, usd);
+  return t;
+}
+
+nlohmann::json cost_json(const CostSpec& c) {
+  nlohmann::json j = {{"gpu_hour_usd", c.gpu_hour_usd}, {"example_prices", c.example_prices}};
+  if (c.at_rate) j["at_rate"] = *c.at_rate;
+  return j;
+}
+
 }  // namespace
+
+std::vector<std::string> hardware_names(const Workload& w) {
+  std::vector<std::string> names = {w.hardware.name};
+  if (w.disaggregation.enabled)
+    for (const InstanceOverrides* o : {&w.disaggregation.prefill, &w.disaggregation.decode})
+      if (o->hardware && std::find(names.begin(), names.end(), o->hardware->name) == names.end())
+        names.push_back(o->hardware->name);
+  return names;
+}
 
 std::string build_id() {
   static const std::string id = std::string(TANDEM_CODE_VERSION) + "/" + file_hash("/proc/self/exe").substr(0, 16);
@@ -127,7 +169,7 @@ SweepSpec load_sweep(const std::string& path) {
         fmt::format("{}:1:1: a sweep is a mapping of workload, set, configs, grid, and rates or capacity", path));
   const Field top(root, "", &src);
   top.refuse_tags(2 * int64_t(text.size()) + 16);
-  top.expect_map({"workload", "set", "configs", "grid", "rates", "capacity", "rate_key"});
+  top.expect_map({"workload", "set", "configs", "grid", "rates", "capacity", "rate_key", "cost"});
   SweepSpec s;
   s.path = path;
   if (!top.has("workload")) top["workload"].fail("missing: the base workload file (relative to this file's folder)");
@@ -193,6 +235,23 @@ SweepSpec load_sweep(const std::string& path) {
     cap.probes = int32_t(c.get_int("probes", cap.probes, 1, 64));
     s.capacity = cap;
   }
+  if (top.has("cost")) {
+    const Field c = top["cost"];
+    if (!s.capacity) c.fail("needs a capacity search (capacity:): the cost is of the capacity found");
+    c.expect_map({"gpu_hour_usd", "at_rate"});
+    CostSpec cost;
+    if (c.has("gpu_hour_usd")) {
+      const Field g = c["gpu_hour_usd"];
+      if (!g.is_map()) g.fail("expected a mapping of hardware names to $ per GPU-hour (e.g. {h200: 3.5})");
+      for (const auto& kv : g.node()) cost.gpu_hour_usd[kv.first.Scalar()] = g[kv.first.Scalar()].as_double(1e-9, 1e6);
+      if (cost.gpu_hour_usd.empty()) g.fail("an empty mapping (remove it for the example prices)");
+    } else {
+      cost.gpu_hour_usd = {kExampleGpuHourUsd.begin(), kExampleGpuHourUsd.end()};
+      cost.example_prices = true;
+    }
+    if (c.has("at_rate")) cost.at_rate = c["at_rate"].as_double(1e-9, 1e9);
+    s.cost = cost;
+  }
   // The rate key: the arrival rate, or for a trace its rate_scale (a trace has no rate of its own).
   Workload base = load_workload(s.workload_path, s.fixed);
   if (top.has("rate_key")) {
@@ -250,7 +309,7 @@ std::vector<SweepPoint> expand_points(const SweepSpec& spec) {
     if (combos * configs.size() > 1'000'000)
       throw InputError(fmt::format("{}: the grid has more than 1,000,000 points; split the sweep", spec.path));
   }
-  const std::string mode = mode_text(spec);
+  const std::string mode = mode_text(spec.rate_key, spec.rates, spec.capacity);
   std::map<std::string, std::string> file_hashes;
   std::vector<SweepPoint> out;
   for (const auto& cfg : configs)
@@ -277,17 +336,19 @@ std::vector<SweepPoint> expand_points(const SweepSpec& spec) {
       if (spec.capacity && spec.capacity->slo.goodput_min && w.slo.ttft_ms <= 0 && w.slo.tpot_ms <= 0)
         throw InputError(fmt::format("{}: point {} ({}): capacity.slo.goodput_min: its workload has no slo: section",
                                      spec.path, p.index, p.name));
+      if (spec.cost)
+        for (const std::string& hw : hardware_names(w))
+          if (!spec.cost->gpu_hour_usd.contains(hw))
+            throw InputError(fmt::format(
+                "{}: point {} ({}): field 'cost.gpu_hour_usd': no price for its hardware '{}' (priced: {})", spec.path,
+                p.index, p.name, hw, priced_names(*spec.cost)));
       p.workload_yaml = to_yaml(w);
       if (first_invalid_utf8(p.workload_yaml) != std::string::npos)
         throw InputError(
             fmt::format("{}: point {} ({}): the workload {} holds text that is not UTF-8 (plan.json "
                         "holds UTF-8 only)",
                         spec.path, p.index, p.name, spec.workload_path));
-      hash_referenced_files(YAML::Load(p.workload_yaml), file_hashes);
-      std::string id = build_id() + "\n" + mode + "\n" + p.workload_yaml;
-      for (const auto& [f, h] : file_hashes)
-        if (p.workload_yaml.find(f) != std::string::npos) id += "\n" + f + " " + h;
-      p.key = hex128(XXH3_128bits(id.data(), id.size())).substr(0, 24);
+      p.key = point_key(build_id(), mode, p.workload_yaml, file_hashes);
       out.push_back(std::move(p));
     }
   return out;
@@ -304,13 +365,24 @@ nlohmann::json capacity_json(const CapacitySpec& c) {
 }
 }  // namespace
 
+void rekey_points(SweepPlan& plan, const std::vector<int64_t>& indices) {
+  const std::string mode = mode_text(plan.rate_key, plan.rates, plan.capacity);
+  std::map<std::string, std::string> file_hashes;
+  for (int64_t i : indices) {
+    SweepPoint& p = plan.points.at(size_t(i));
+    p.key = point_key(build_id(), mode, p.workload_yaml, file_hashes);
+  }
+}
+
 SweepPlan plan_from(const SweepSpec& spec, std::vector<SweepPoint> points) {
   SweepPlan p;
+  p.build = build_id();
   p.sweep_path = spec.path;
   p.workload_path = spec.workload_path;
   p.rate_key = spec.rate_key;
   p.rates = spec.rates;
   p.capacity = spec.capacity;
+  p.cost = spec.cost;
   for (const auto& pt : points)
     for (const auto& o : pt.params)
       if (std::find(p.param_keys.begin(), p.param_keys.end(), o.key) == p.param_keys.end())
@@ -331,6 +403,7 @@ nlohmann::json plan_json(const SweepSpec& spec, const std::vector<SweepPoint>& p
     j["capacity"] = capacity_json(*spec.capacity);
   else
     j["rates"] = spec.rates;
+  if (spec.cost) j["cost"] = cost_json(*spec.cost);
   j["count"] = points.size();
   nlohmann::json pts = nlohmann::json::array();
   for (const auto& p : points) {
@@ -362,6 +435,7 @@ SweepPlan read_plan(const std::string& path) {
   try {
     p.sweep_path = j.at("sweep").get<std::string>();
     p.rate_key = j.at("rate_key").get<std::string>();
+    p.build = j.at("build").get<std::string>();
     if (j.contains("capacity")) {
       const auto& c = j.at("capacity");
       CapacitySpec cap;
@@ -380,6 +454,16 @@ SweepPlan read_plan(const std::string& path) {
     } else {
       p.rates = j.at("rates").get<std::vector<double>>();
       if (p.rates.empty()) throw bad("no rates");
+    }
+    if (j.contains("cost")) {
+      const auto& c = j.at("cost");
+      CostSpec cost;
+      cost.gpu_hour_usd = c.at("gpu_hour_usd").get<std::map<std::string, double>>();
+      cost.example_prices = c.at("example_prices").get<bool>();
+      if (c.contains("at_rate")) cost.at_rate = c.at("at_rate").get<double>();
+      for (const auto& [name, usd] : cost.gpu_hour_usd)
+        if (!(usd > 0)) throw bad(fmt::format("cost: the price of '{}' is not positive", name));
+      p.cost = cost;
     }
     p.workload_path = j.at("workload_path").get<std::string>();
     for (const auto& pt : j.at("points")) {

@@ -61,17 +61,30 @@ void synthetic(const Workload& w, RequestSet& set) {
   const bool paired = rs.prompt_len.kind == DistSpec::Kind::Empirical &&
                       rs.output_len.kind == DistSpec::Kind::Empirical && rs.prompt_len.path == rs.output_len.path;
   set.requests.resize(static_cast<size_t>(rs.count));
+  // Arrival times first (in seconds), so that `normalize` can scale them; lengths after, from
+  // their own streams: normalizing moves arrivals only.
+  std::vector<double> at(static_cast<size_t>(rs.count));
   double t = 0;
   const double gamma_shape = 1.0 / (a.cv * a.cv);
   for (int64_t i = 0; i < rs.count; ++i) {
-    Request& r = set.requests[static_cast<size_t>(i)];
     switch (a.kind) {
       case ArrivalSpec::Kind::Poisson: t += arr.exponential(a.rate); break;
       case ArrivalSpec::Kind::Gamma: t += arr.gamma(gamma_shape) / (a.rate * gamma_shape); break;
       case ArrivalSpec::Kind::Constant: t = double(i) / a.rate; break;
       case ArrivalSpec::Kind::Burst: t = a.burst_size > 0 ? double(i / a.burst_size) * a.interval_s : 0.0; break;
     }
-    r.arrival = checked_time(t, w, "an arrival (requests.arrival)");
+    at[static_cast<size_t>(i)] = t;
+  }
+  // As vLLM's bench serve (get_request): the cumulative gaps rescaled so that the last arrival is
+  // at count / rate, which makes the offered rate (count over the last arrival) exactly `rate`.
+  const bool drawn = a.kind == ArrivalSpec::Kind::Poisson || a.kind == ArrivalSpec::Kind::Gamma;
+  if (a.normalize && drawn && rs.count > 0 && at.back() > 0) {
+    const double factor = (double(rs.count) / a.rate) / at.back();
+    for (double& x : at) x *= factor;
+  }
+  for (int64_t i = 0; i < rs.count; ++i) {
+    Request& r = set.requests[static_cast<size_t>(i)];
+    r.arrival = checked_time(at[static_cast<size_t>(i)], w, "an arrival (requests.arrival)");
     if (paired) {
       const size_t k = static_cast<size_t>(pr.uniform_int(0, int64_t(rs.prompt_len.samples.size()) - 1));
       r.prompt_len = as_length(rs.prompt_len.samples[k]);

@@ -18,6 +18,8 @@ of its own (temporary --temp-dir), then:
   capacity  workloads/sweeps/stage4_capacity.yaml (4 points, each a capacity search), --slice 3:
             capacity.csv and results.csv byte-identical to a local run's
   mutation  a copy of tools/sweep-ray whose slicing drops the last slice must fail the run checks
+  build     --tandem a copy of tandem with one byte appended (another build): exit 1, every slice
+            named, stderr naming both builds; collect finds no point (#34)
 The cluster is stopped at the end, on failure too: SIGTERM to `ray start`, then SIGKILL to its
 process group after 15 s. Exit 77 (skipped) when .venv-sweep or its ray is missing (tools/setup --sweep-cluster).
 """
@@ -244,6 +246,20 @@ def tests(f, venv, tandem, cluster, tmp):
         f.ok("capacity" in out, "capacity: collect's table not printed: %s" % out)
         print("capacity: %d points (%s) through Ray: capacity.csv and results.csv as the local run's"
               % (n3, os.path.basename(sweep)))
+
+    # build: a binary that differs by one byte is another build; its slices are refused
+    other = os.path.join(tmp, "tandem-other")
+    shutil.copy(tandem, other)
+    with open(other, "ab") as fh:
+        fh.write(b"x")
+    d4 = os.path.join(tmp, "build")
+    sh.make_plan(tandem, d4, 3, SRC)
+    plan_build = json.load(open(os.path.join(d4, "plan.json")))["build"]
+    rc, out, err = sweep_ray([d4, "--slice", "2", "--tandem", other] + addr)
+    f.ok(rc == 1, "build: another build's tandem, exit %d (expected 1):\n%s" % (rc, err))
+    f.ok(plan_build in err and re.search(r"this tandem is build \S+", err), "build: both builds not named:\n%s" % err)
+    f.ok(sh.collected_indices(d4) == set(), "build: points of another build collected: %s" % sh.collected_indices(d4))
+    print("build: --tandem of another build refused: %s" % re.findall(r"this tandem is build \S+", err)[:1])
 
     # mutation: a slicing that drops the last slice is caught by the run checks
     mut = os.path.join(tmp, "mut", "tools")

@@ -16,7 +16,15 @@ Usage: sweep_templates_test.py SOURCE_DIR TANDEM
   k8s       tools/sweep/k8s-indexed-job.yaml parsed with python yaml: an Indexed Job whose
             container command, run under sh once for every JOB_COMPLETION_INDEX below
             `completions` with its env (K, SWEEP_DIR = the volume's mountPath), asks for every
-            point exactly once; completions = ceil(N / K) for its comment's N
+            point exactly once; completions = ceil(N / K) for its comment's N; the container
+            requests memory and has a memory limit at least as large
+  readme    the README's sbatch line passes TANDEM in --export (without it the tasks run
+            `tandem` from PATH, exit 127 on nodes that lack it): its task 0, run as that line
+            exports it with no tandem on PATH, exits 0
+
+  ray-check tools/sweep-ray's check of a returned slice, without a cluster (its module loaded
+            here): a point run by another build fails the slice naming both builds, even with the
+            plan's key (as `sweep run` copied it before #34); the plan's own points pass
 
 Exits 1 on a failed check; prints one line per failed check and a count.
 """
@@ -123,6 +131,59 @@ def test_parallel(f, src, tandem, tmp):
              "parallel: as written, no build/tandem: exited %d: %s" % (r.returncode, r.stderr.strip()))
 
 
+def test_ray_check(f, src, tandem, tmp):
+    import importlib.machinery
+    import importlib.util
+    path = os.path.join(src, "tools", "sweep-ray")
+    loader = importlib.machinery.SourceFileLoader("sweep_ray", path)
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("sweep_ray", loader))
+    loader.exec_module(mod)
+    plan = {"build": "v1/aaaa", "points": [{"index": 0, "key": "k0"}, {"index": 1, "key": "k1"}]}
+    mine = [{"index": 0, "key": "k0", "build": "v1/aaaa"}, {"index": 1, "key": "k1", "build": "v1/aaaa"}]
+    f.ok(mod.check_slice(mine, plan, 0, 2) is None, "ray-check: the plan's own points refused")
+    other = [dict(mine[0]), dict(mine[1], build="v1/bbbb")]  # the plan's key, another build
+    why = mod.check_slice(other, plan, 0, 2) or ""
+    f.ok("v1/bbbb" in why and "v1/aaaa" in why, "ray-check: a point of another build passed or is not named with "
+         "both builds: %r" % why)
+    f.ok("key" in (mod.check_slice([mine[0], dict(mine[1], key="kx")], plan, 0, 2) or ""),
+         "ray-check: a point with another key passed")
+    print("ray-check: %s" % why)
+
+
+def quantity(q):
+    """A Kubernetes memory quantity in bytes (512Mi, 2Gi, 1G, 1000000); None if not one."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(q).strip())
+    if not m:
+        return None
+    unit = {None: 1, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "k": 1e3, "M": 1e6, "G": 1e9,
+            "T": 1e12}[m.group(2)]
+    return float(m.group(1)) * unit
+
+
+def test_readme_slurm(f, src, tandem, tmp):
+    text = open(os.path.join(src, "README.md")).read()
+    m = re.search(r"sbatch --array=[^`\n]*? --export=(\S+) tools/sweep/slurm\.sbatch", text)
+    if not f.ok(m, "readme: no `sbatch --array=... --export=... tools/sweep/slurm.sbatch` line"):
+        return
+    exports = dict(kv.split("=", 1) for kv in m.group(1).split(",") if "=" in kv)
+    f.ok("TANDEM" in exports, "readme: the sbatch line's --export has no TANDEM (%s): tasks on nodes without tandem "
+         "on PATH exit 127" % m.group(1))
+    d = os.path.join(tmp, "readme-slurm")
+    sh.make_plan(tandem, d, 2, src)
+    # As the line exports it: $PWD the checkout; the README's build/tandem, or this test's build if elsewhere.
+    env = {"PATH": "/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": "0", "SLURM_CPUS_PER_TASK": "1"}
+    for k, v in exports.items():
+        if k != "ALL":
+            env[k] = v.replace("$PWD", src)
+    env["DIR"] = d
+    if "TANDEM" in env and not os.path.exists(env["TANDEM"]):
+        env["TANDEM"] = tandem
+    r = sh.run(["bash", os.path.join(src, "tools/sweep/slurm.sbatch")], env=env)
+    f.ok(r.returncode == 0, "readme: task 0 with the README's exports and no tandem on PATH exited %d: %s"
+         % (r.returncode, r.stderr.strip()))
+    print("readme: the sbatch line exports %s; task 0 exit %d" % (",".join(sorted(exports)), r.returncode))
+
+
 def test_k8s(f, src, tandem, tmp):
     try:
         import yaml
@@ -148,6 +209,10 @@ def test_k8s(f, src, tandem, tmp):
     f.ok(env["SWEEP_DIR"] in mounts.values() and set(mounts) <= vols,
          "k8s: SWEEP_DIR %s is not a mounted volume's path (%s; volumes %s)" % (env["SWEEP_DIR"], mounts, vols))
     f.ok(pod.get("restartPolicy") in ("Never", "OnFailure"), "k8s: restartPolicy %r" % pod.get("restartPolicy"))
+    res = c.get("resources") or {}
+    req, lim = (quantity((res.get(k) or {}).get("memory", "")) for k in ("requests", "limits"))
+    f.ok(req and lim and req <= lim, "k8s: the container needs a memory request and a memory limit at least as "
+         "large (a pod without them is the first evicted, or takes the node's memory): %s" % res)
     completions, k = int(spec["completions"]), int(env["K"])
     n = example_points(f, "k8s", open(path).read(), k, completions)
     d, log = os.path.join(tmp, "k8s"), os.path.join(tmp, "k8s.log")
@@ -175,7 +240,7 @@ def main():
     f = sh.Failures("sweep-templates")
     tmp = tempfile.mkdtemp(prefix="tandem-sweep-tpl-")
     try:
-        for t in (test_slurm, test_parallel, test_k8s):
+        for t in (test_slurm, test_readme_slurm, test_parallel, test_k8s, test_ray_check):
             t(f, src, tandem, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

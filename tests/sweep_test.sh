@@ -92,6 +92,26 @@ for k in ("ttft_ms.p99", "tpot_ms.p50", "itl_ms.p99", "e2e_ms.mean", "throughput
     want = s[a][b] if b else s[a]
     assert abs(float(row[k]) - want) <= 1e-9 * max(1, abs(want)), (k, row[k], want)
 assert int(row["requests.finished"]) == s["requests"]["finished"]
+# The offered rate beside the configured one, as the run's summary counts it: 200 requests over
+# the time to the last arrival, a draw off 30 req/s.
+assert float(row["offered_rate"]) == s["arrival"]["offered_rate"], (row["offered_rate"], s["arrival"])
+assert s["arrival"]["configured_rate"] == 30 and s["arrival"]["normalized"] is False
+assert abs(float(row["offered_rate"]) - 30) > 0.01, row["offered_rate"]
+PY
+# requests.arrival.normalize: the gaps scaled so the offered rate is the configured one (vLLM's).
+cat >"$tmp/norm.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 200, requests.arrival.normalize: true}
+rates: [2, 30]
+EOF
+expect 0 "^base +30 +30 " -- sweep "$tmp/norm.yaml" --out "$tmp/norm" -j 1
+python3 - "$tmp/norm/results.csv" <<'PY' && ok || fail "normalize: offered rate is not the configured one"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 2
+for r in rows:
+    print("normalize: rate %s offered %s" % (r["rate"], r["offered_rate"]))
+    assert abs(float(r["offered_rate"]) / float(r["rate"]) - 1) < 1e-9, r
 PY
 
 # Resumption: the same sweep again runs nothing; a new grid value runs only its points; --force all.
@@ -157,6 +177,134 @@ grep -q "latencies over the finished only" "$tmp/fail/results.csv" && ok || fail
 # --keep-runs keeps each run's folder, which `tandem compare` compares on the requests both finished.
 expect 0 "not every request finished" -- sweep "$tmp/fail.yaml" --out "$tmp/keep" --keep-runs
 expect 0 "over the [0-9]+ requests both finished" -- compare "$tmp/keep/runs/point-0-rate-5" "$tmp/keep/runs/point-1-rate-5"
+
+# Capacity counts every request (#34): a request that fails is a miss. Without chunking, prompts
+# over max_num_batched_tokens fail at every rate, and so do prompts over max_model_len: those
+# configurations have no capacity (cannot_finish, no number), where counting the finished only
+# gave a capacity that fell as the budget grew, and ">= hi" with 97 of 500 finished.
+cat >"$tmp/unfinished.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 200, engine.enable_chunked_prefill: false}
+configs:
+  - name: budget-1024
+    set: {engine.max_num_batched_tokens: 1024}
+  - name: budget-8192
+    set: {engine.max_num_batched_tokens: 8192}
+  - name: max-len-600
+    set: {model.max_model_len: 600}
+capacity:
+  slo: {ttft_p99_ms: 2000, tpot_p99_ms: 60}
+  lo: 1
+  hi: 200
+  tolerance: 0.1
+EOF
+expect 0 "budget-1024 +none +- +cannot_finish" -- sweep "$tmp/unfinished.yaml" --out "$tmp/unf" -j 2
+python3 - "$tmp/unf/capacity.csv" "$tmp/unf/results.csv" <<'PY' && ok || fail "capacity counts unfinished requests"
+import csv, sys
+rows = {r["name"]: r for r in csv.DictReader(open(sys.argv[1]))}
+for name in ("budget-1024", "max-len-600"):
+    r = rows[name]
+    print(name, r["status"], repr(r["capacity"]), r["finished_share"], r["limited_by"])
+    assert r["status"] == "cannot_finish", r
+    assert r["capacity"] == "", r  # no number
+    assert r["requests"] == "200", r
+    assert float(r["finished_share"]) < 0.99, r
+    assert " of 200 requests fail at any rate (" in r["limited_by"], r
+assert "prompt_over_token_budget" in rows["budget-1024"]["limited_by"]
+assert "exceeds_max_model_len" in rows["max-len-600"]["limited_by"]
+r = rows["budget-8192"]
+print("budget-8192", r["status"], r["capacity"], r["finished_share"])
+assert r["status"] == "found" and float(r["finished_share"]) == 1.0, r
+# Every run that passed finished all but at most 1 % of its requests (p99 over all of them).
+for run in csv.DictReader(open(sys.argv[2])):
+    if run["meets_slo"] == "true":
+        assert int(run["requests.finished"]) >= 0.99 * int(run["requests.total"]), run
+    if run["name"] == "budget-1024":
+        assert run["meets_slo"] == "false" and "over all 200 requests" in run["why"], run
+PY
+
+# Another build's results are refused (#34): a copy of tandem with one byte appended is another
+# build. Its `sweep run` refuses this build's plan; its results, copied in, make collect exit 2
+# naming both builds, and a local sweep runs their points again instead of reusing them.
+other=$tmp/tandem-other
+cp "$tandem" "$other" && printf 'x' >>"$other"
+printf 'workload: %s\nrates: [10, 20]\n' "$d/fixed_step.yaml" >"$tmp/builds.yaml"
+"$tandem" sweep plan "$tmp/builds.yaml" --out "$tmp/bA" >/dev/null || fail "plan with this build"
+"$other" sweep plan "$tmp/builds.yaml" --out "$tmp/bB" >/dev/null || fail "plan with the other build"
+build_a=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["build"])' "$tmp/bA/plan.json")
+build_b=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["build"])' "$tmp/bB/plan.json")
+[ -n "$build_a" ] && [ "$build_a" != "$build_b" ] && ok || fail "one byte more is not another build: $build_a vs $build_b"
+out=$(timeout "$limit" "$other" sweep run "$tmp/bA" --index 0 2>&1)
+rc=$?
+[ $rc = 2 ] && grep -qF "planned by build $build_a, and this tandem is build $build_b" <<<"$out" && ok ||
+  fail "sweep run of another build's plan: exit $rc: $out"
+timeout "$limit" "$other" sweep run "$tmp/bB" --index 0 >/dev/null 2>&1 || fail "the other build runs its own plan"
+mkdir -p "$tmp/bA/results" && cp "$tmp/bB/results/point-0.json" "$tmp/bA/results/"
+expect 2 "1 result\(s\) of another build than the plan's \($build_a\): results/point-0.json \(point 0\) was run by build $build_b" -- sweep collect "$tmp/bA"
+# A result that copied the plan's key (as sweep run did before #34) is refused for its build too.
+python3 - "$tmp/bA/plan.json" "$tmp/bA/results/point-0.json" <<'PY'
+import json, sys
+key = json.load(open(sys.argv[1]))["points"][0]["key"]
+r = json.load(open(sys.argv[2]))
+r["key"] = key
+json.dump(r, open(sys.argv[2], "w"))
+PY
+expect 2 "was run by build $build_b" -- sweep collect "$tmp/bA"
+expect 0 "not reused \(this build is $build_a\): results/point-0.json \(point 0\) was run by build $build_b" -- sweep "$tmp/builds.yaml" --out "$tmp/bA"
+grep -qF "\"build\": \"$build_a\"" "$tmp/bA/results/point-0.json" && ok || fail "the local sweep kept the other build's result"
+# sweep run keys each point with the files as they are where it runs: a file the workload reads
+# that changed since the plan gives a key the plan does not hold, and collect lists the point.
+printf 'len\n4\n' >"$tmp/lens.csv"
+"$tandem" sweep plan "$tmp/fsr.yaml" --out "$tmp/rekey" >/dev/null || fail "plan for the rekey check"
+printf 'len\n6\n' >"$tmp/lens.csv"
+expect 0 "" -- sweep run "$tmp/rekey" --index 0
+expect 1 "1 results of another plan ignored|without a complete result: 0" -- sweep collect "$tmp/rekey"
+
+# Cost (#34): each point's GPUs from its layout, priced per GPU-hour by its hardware; capacity per
+# GPU and per dollar; the cheapest configuration whose capacity is at least cost.at_rate.
+cat >"$tmp/cost.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 200}
+configs:
+  - name: one
+  - name: dp2
+    set: {engine.data_parallel: 2}
+  - name: pcie
+    set: {hardware: h200-pcie}
+capacity:
+  slo: {ttft_p99_ms: 2000, tpot_p99_ms: 60}
+  lo: 1
+  hi: 200
+  tolerance: 0.1
+cost:
+  gpu_hour_usd: {h200: 2, h200-pcie: 1.5}
+  at_rate: 60
+EOF
+expect 0 "^cheapest meeting the SLO at requests.arrival.rate 60: dp2 \(dp2, 2 GPUs\) at \\\$4.00/hour" -- sweep "$tmp/cost.yaml" --out "$tmp/cost" -j 2
+python3 - "$tmp/cost/capacity.csv" <<'PY' && ok || fail "cost: capacity.csv's per-GPU and per-dollar figures"
+import csv, sys
+rows = {r["name"]: r for r in csv.DictReader(open(sys.argv[1]))}
+price = {"one": 2, "dp2": 4, "pcie": 1.5}
+for name, r in rows.items():
+    cap, gpus = float(r["capacity"]), int(r["gpus"])
+    print("cost: %s capacity %.4g, %d GPU(s), $%s/hour, %.0f requests/$" % (name, cap, gpus, r["usd_per_hour"], float(r["requests_per_usd"])))
+    assert gpus == (2 if name == "dp2" else 1), r
+    assert float(r["usd_per_hour"]) == price[name], r
+    assert abs(float(r["capacity_per_gpu"]) - cap / gpus) < 1e-9 * cap, r
+    assert abs(float(r["requests_per_usd"]) - cap * 3600 / price[name]) < 1e-6 * cap * 3600, r
+# The answer is the cheapest of those whose capacity is at least 60: these two alone miss it.
+assert float(rows["one"]["capacity"]) < 60 and float(rows["pcie"]["capacity"]) < 60, rows
+assert float(rows["dp2"]["capacity"]) >= 60, rows["dp2"]
+PY
+# Without prices, tandem's example prices, labelled as examples; bad cost sections exit 2 naming the field.
+sed -i '/gpu_hour_usd/d' "$tmp/cost.yaml"
+expect 0 "tandem's example prices, not quotes" -- sweep "$tmp/cost.yaml" --out "$tmp/cost-ex" -j 2
+printf 'workload: %s\nrates: [10]\ncost: {at_rate: 5}\n' "$d/fixed_step.yaml" >"$tmp/cost-rates.yaml"
+expect 2 "cost-rates.yaml:3:7: field 'cost': needs a capacity search" -- sweep "$tmp/cost-rates.yaml" --out "$tmp/x"
+printf 'workload: %s\ncapacity: {slo: {ttft_p99_ms: 2}, lo: 1, hi: 2}\ncost: {gpu_hour_usd: {h200: -1}}\n' "$d/fixed_step.yaml" >"$tmp/cost-neg.yaml"
+expect 2 "cost-neg.yaml:3:29: field 'cost.gpu_hour_usd.h200': .*out of range" -- sweep "$tmp/cost-neg.yaml" --out "$tmp/x"
+printf 'workload: %s\ncapacity: {slo: {ttft_p99_ms: 2}, lo: 1, hi: 2}\ncost: {gpu_hour_usd: {h100: 2}}\n' "$d/fixed_step.yaml" >"$tmp/cost-none.yaml"
+expect 2 "field 'cost.gpu_hour_usd': no price for its hardware 'fixed-1ms' \(priced: h100 2\)" -- sweep "$tmp/cost-none.yaml" --out "$tmp/x"
 
 echo "sweep: $passes passed, $fails failed"
 [ "$fails" = 0 ]

@@ -407,6 +407,44 @@ TEST_CASE("gamma arrivals have the requested coefficient of variation") {
   CHECK(sd / mean == doctest::Approx(3.0).epsilon(0.1));
 }
 
+TEST_CASE("arrival normalize: the last of N arrivals at N / rate, as vLLM's bench serve; off by default") {
+  std::string y = std::string(kBase);
+  y.replace(y.find("count: 10"), 9, "count: 500");
+  const RequestSet drawn = generate_requests(parse_workload(y, "w.yaml"));
+  // Off: the drawn gaps, a few % from N / rate (100 s).
+  const double last = to_seconds(drawn.requests.back().arrival);
+  CHECK(last != doctest::Approx(100.0).epsilon(0.001));
+  for (const char* proc : {"{process: poisson, rate: 5, normalize: true}", "{process: gamma, rate: 5, cv: 2, normalize: true}"}) {
+    std::string z = y;
+    z.replace(z.find("{process: poisson, rate: 5}"), 27, proc);
+    const Workload w = parse_workload(z, "w.yaml");
+    CHECK(w.requests.arrival.normalize);
+    const RequestSet n = generate_requests(w);
+    REQUIRE(n.requests.size() == 500);
+    // Exactly N / rate, to the nanosecond the clock counts in.
+    CHECK(n.requests.back().arrival == from_seconds(100.0));
+    CAPTURE(proc);
+    if (std::string(proc).find("poisson") != std::string::npos) {
+      // The same draws, scaled: every arrival keeps its share of the span, and the lengths are the same.
+      for (size_t i = 0; i < 500; i += 37) {
+        CHECK(to_seconds(n.requests[i].arrival) == doctest::Approx(to_seconds(drawn.requests[i].arrival) * 100.0 / last));
+        CHECK(n.requests[i].prompt_len == drawn.requests[i].prompt_len);
+        CHECK(n.requests[i].max_output == drawn.requests[i].max_output);
+      }
+    }
+    // Resolved back to YAML (tandem validate, a sweep's plan) with the key; default workloads without.
+    CHECK(to_yaml(w).find("normalize: true") != std::string::npos);
+  }
+  CHECK(to_yaml(parse_workload(y, "w.yaml")).find("normalize") == std::string::npos);
+  // Only the drawn processes have gaps to scale: a constant process refuses the key, naming it.
+  std::string c = y;
+  c.replace(c.find("{process: poisson, rate: 5}"), 27, "{process: constant, rate: 5, normalize: true}");
+  CHECK(error_of(c).find("normalize") != std::string::npos);
+  std::string b = y;
+  b.replace(b.find("{process: poisson, rate: 5}"), 27, "{process: poisson, rate: 5, normalize: yes please}");
+  CHECK(error_of(b).find("requests.arrival.normalize") != std::string::npos);
+}
+
 TEST_CASE("trace replay: azure across midnight, vidur, mooncake hash blocks, scaling and windows") {
   const std::string base = "model: llama3-8b\nhardware: h200\nrequests:\n  trace: {format: ";
   Workload w = parse_workload(base + "azure, path: ../traces/azure_sample.csv}\n", as_if_in_workloads_dir());

@@ -85,28 +85,89 @@ TEST_CASE("capacity search: where meeting the SLO is not monotone, the first cro
 }
 
 TEST_CASE("meets_slo: each term, the first missed named; no finished request never meets") {
-  const nlohmann::json s = {{"requests", {{"finished", 10}}},
-                            {"ttft_ms", {{"p99", 900.0}}},
-                            {"tpot_ms", {{"p99", 12.0}}},
-                            {"itl_ms", {{"p99", 30.0}}},
-                            {"goodput", {{"fraction", 0.8}}}};
+  RunSloFigures f;
+  f.total = f.finished = 10;
+  f.ttft_p99_ms = 900.0, f.tpot_p99_ms = 12.0, f.itl_p99_ms = 30.0, f.goodput_fraction = 0.8;
   SweepSlo slo;
   slo.ttft_p99_ms = 1000;
-  CHECK(meets_slo(slo, s).ok);
+  CHECK(meets_slo(slo, f).ok);
   slo.tpot_p99_ms = 10;
-  auto v = meets_slo(slo, s);
+  auto v = meets_slo(slo, f);
   CHECK_FALSE(v.ok);
   CHECK(v.why == "tpot_p99_ms 12 > 10");
   slo.tpot_p99_ms.reset();
   slo.goodput_min = 0.9;
-  v = meets_slo(slo, s);
+  v = meets_slo(slo, f);
   CHECK_FALSE(v.ok);
-  CHECK(v.why.starts_with("goodput 0.8 < 0.9"));
+  CHECK(v.why.starts_with("goodput 0.8 < 0.9 over all 10 requests"));
   slo.goodput_min = 0.8;
-  CHECK(meets_slo(slo, s).ok);
-  nlohmann::json none = s;
-  none["requests"]["finished"] = 0;
-  CHECK(meets_slo(slo, none).why == "no request finished");
+  CHECK(meets_slo(slo, f).ok);
+  RunSloFigures none = f;
+  none.finished = 0;
+  CHECK(meets_slo(slo, none).why == "no request of 10 finished");
+}
+
+TEST_CASE("p99 over all requests: an unfinished request counts as a miss, the denominator is every request") {
+  // 100 finished values 1..100: nearest rank 99 of 100 is 99.
+  std::vector<double> v;
+  for (int i = 100; i >= 1; --i) v.push_back(i);
+  CHECK(p99_over_all(v, 100) == 99.0);
+  // One of 101 unfinished: rank ceil(99.99) = 100 of 101, still a finished one (100).
+  CHECK(p99_over_all(v, 101) == 100.0);
+  // Two of 102 unfinished: rank ceil(100.98) = 101 > 100 finished: infinite.
+  CHECK(std::isinf(*p99_over_all(v, 102)));
+  CHECK_FALSE(p99_over_all({}, 0).has_value());
+}
+
+TEST_CASE("meets_slo: requests that fail or are cancelled are misses, whatever the finished ones' latencies") {
+  // The issue's case: 338 of 500 finished, every finished one fast. Before, the run passed.
+  std::vector<double> fast(338, 5.0);
+  RunSloFigures f;
+  f.total = 500, f.finished = 338, f.failed = 162, f.failed_at_any_rate = 162;
+  f.failed_by_reason = {{"prompt_over_budget", 162}};
+  f.ttft_p99_ms = p99_over_all(fast, f.total);
+  f.tpot_p99_ms = p99_over_all(fast, 338 + 162), f.tpot_n = 500;
+  f.goodput_fraction = 338.0 / 500;
+  SweepSlo slo;
+  slo.ttft_p99_ms = 1000;
+  auto v = meets_slo(slo, f);
+  CHECK_FALSE(v.ok);
+  CHECK(v.why == "ttft_p99_ms over all 500 requests > 1000: 162 did not finish (162 failed, 0 cancelled)");
+  std::string why;
+  CHECK(misses_at_any_rate(slo, f, &why));
+  CHECK(why == "162 of 500 requests fail at any rate (prompt_over_budget 162)");
+  // goodput over all requests: 338/500 = 0.676.
+  SweepSlo g;
+  g.goodput_min = 0.6;
+  CHECK(meets_slo(g, f).ok);
+  CHECK_FALSE(misses_at_any_rate(g, f, nullptr));
+  g.goodput_min = 0.7;
+  CHECK_FALSE(meets_slo(g, f).ok);
+  CHECK(misses_at_any_rate(g, f, nullptr));
+  // Cancelled requests miss too, but a lower rate may cancel fewer: never "at any rate".
+  RunSloFigures c = f;
+  c.failed = 0, c.cancelled = 162, c.failed_at_any_rate = 0;
+  CHECK_FALSE(meets_slo(slo, c).ok);
+  CHECK_FALSE(misses_at_any_rate(slo, c, nullptr));
+  // Within p99's allowance (5 of 500 unfinished, rank 495 of 495 finished): the run can pass.
+  RunSloFigures few = f;
+  few.finished = 495, few.failed = 5, few.failed_at_any_rate = 5;
+  few.ttft_p99_ms = p99_over_all(std::vector<double>(495, 5.0), 500);
+  CHECK(meets_slo(slo, few).ok);
+  CHECK_FALSE(misses_at_any_rate(slo, few, nullptr));
+}
+
+TEST_CASE("capacity search: a miss at any rate ends the search as cannot_finish, not a number") {
+  CapacitySpec spec{.slo = {}, .lo = 1, .hi = 64, .tolerance = 0.02, .probes = 1};
+  CapacitySearch s(spec);
+  const auto rates = s.next();
+  REQUIRE(rates.size() == 2);
+  for (double r : rates) s.record(r, false, true);
+  CHECK(s.done());
+  const auto r = s.result();
+  CHECK(r.status == CapacitySearch::Status::CannotFinish);
+  CHECK(r.capacity == 0);
+  CHECK(std::string(CapacitySearch::status_name(r.status)) == "cannot_finish");
 }
 
 TEST_CASE("first_invalid_utf8: where text stops being UTF-8 (sweep files and plans hold UTF-8 only)") {
