@@ -254,7 +254,10 @@ void RunOutputs::write_rows(const std::vector<StepRow>& rows) {
     p = fmt::format_to(p, FMT_COMPILE(",{:.6f},{:.4f}"), predicted_ms, std::fabs(err) < 5e-5 ? 0.0 : err);
     if (!roles_.empty()) {
       *p++ = ',';
-      const std::string_view role = size_t(r.instance) < roles_.size() ? roles_[size_t(r.instance)] : "?";
+      // Both arms string_views: a std::string arm would make the other a temporary std::string
+      // that dies before the copy below (ASan: stack-use-after-scope).
+      const std::string_view role =
+          size_t(r.instance) < roles_.size() ? std::string_view(roles_[size_t(r.instance)]) : std::string_view("?");
       std::memcpy(p, role.data(), role.size());
       p += role.size();
     }

@@ -118,7 +118,10 @@ def test_parallel(f, src, tandem, tmp):
     print("parallel: %d points, K=%d, 2 jobs; a failing point: exit %d, the others collected" % (n, k, r.returncode))
     # As the README writes it (#35): no TANDEM, no tandem on PATH: this checkout's build/tandem.
     d3 = os.path.join(tmp, "par-default")
-    sh.make_plan(tandem, d3, n, src)
+    # Planned by the build the script will run (this checkout's), else its points are refused as
+    # another build's (a sanitizer build under test is one).
+    default_tandem = os.path.join(src, "build", "tandem")
+    sh.make_plan(default_tandem if os.path.exists(default_tandem) else tandem, d3, n, src)
     env = {k2: v for k2, v in os.environ.items() if k2 != "TANDEM"}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                   if not os.path.exists(os.path.join(p, "tandem")))
@@ -169,7 +172,6 @@ def test_readme_slurm(f, src, tandem, tmp):
     f.ok("TANDEM" in exports, "readme: the sbatch line's --export has no TANDEM (%s): tasks on nodes without tandem "
          "on PATH exit 127" % m.group(1))
     d = os.path.join(tmp, "readme-slurm")
-    sh.make_plan(tandem, d, 2, src)
     # As the line exports it: $PWD the checkout; the README's build/tandem, or this test's build if elsewhere.
     env = {"PATH": "/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": "0", "SLURM_CPUS_PER_TASK": "1"}
     for k, v in exports.items():
@@ -178,6 +180,8 @@ def test_readme_slurm(f, src, tandem, tmp):
     env["DIR"] = d
     if "TANDEM" in env and not os.path.exists(env["TANDEM"]):
         env["TANDEM"] = tandem
+    # Planned by the build the task will run, else its points are refused as another build's.
+    sh.make_plan(env.get("TANDEM", tandem), d, 2, src)
     r = sh.run(["bash", os.path.join(src, "tools/sweep/slurm.sbatch")], env=env)
     f.ok(r.returncode == 0, "readme: task 0 with the README's exports and no tandem on PATH exited %d: %s"
          % (r.returncode, r.stderr.strip()))
