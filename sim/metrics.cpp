@@ -122,8 +122,8 @@ Attainment slo_attainment(std::span<const Request> reqs, const SloSpec& slo) {
       ++a.not_finished;
       continue;
     }
-    const bool ttft_ok = to_ms(r.first_token - r.arrival) <= slo.ttft_ms;
-    const bool tpot_ok = r.generated <= 1 || to_ms(r.last_token - r.first_token) / (r.generated - 1) <= slo.tpot_ms;
+    const bool ttft_ok = ttft_ms(r) <= slo.ttft_ms;
+    const bool tpot_ok = r.generated <= 1 || tpot_ms(r) <= slo.tpot_ms;
     a.ttft_met += a.has_ttft && ttft_ok;
     a.tpot_met += a.has_tpot && tpot_ok;
     a.both_met += (!a.has_ttft || ttft_ok) && (!a.has_tpot || tpot_ok);
@@ -170,8 +170,7 @@ Summary MetricsRecorder::summarize(std::span<const Request> reqs, const Workload
     }
     if (r.status != RequestStatus::Finished) continue;
     ++s.finished;
-    const double t_ttft = to_ms(r.first_token - r.arrival);
-    const double t_tpot = r.generated > 1 ? to_ms(r.last_token - r.first_token) / (r.generated - 1) : 0.0;
+    const double t_ttft = ttft_ms(r), t_tpot = tpot_ms(r);
     ttft.push_back(t_ttft);
     if (r.generated > 1) tpot.push_back(t_tpot);
     e2e.push_back(to_ms(r.finish - r.arrival));

@@ -16,6 +16,14 @@
 
 namespace tandem {
 
+// A request's TTFT and TPOT as every figure counts them (summary, attainment, the sweep's SLO
+// verdict): TTFT = first token - arrival; TPOT = (last token - first token) / (output - 1), 0 for
+// a one-token output (no gap to average).
+inline double ttft_ms(const Request& r) { return to_ms(r.first_token - r.arrival); }
+inline double tpot_ms(const Request& r) {
+  return r.generated > 1 ? to_ms(r.last_token - r.first_token) / (r.generated - 1) : 0.0;
+}
+
 struct Percentiles {
   double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
   double stddev = 0;  // population standard deviation

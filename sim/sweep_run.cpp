@@ -88,8 +88,7 @@ RunSloFigures slo_figures(std::span<const Request> requests, const Workload& w, 
     if (r.status != RequestStatus::Finished) continue;
     ++f.finished;
     // TTFT, TPOT and goodput as the run's summary counts them (MetricsRecorder::summarize).
-    const double t_ttft = to_ms(r.first_token - r.arrival);
-    const double t_tpot = r.generated > 1 ? to_ms(r.last_token - r.first_token) / (r.generated - 1) : 0.0;
+    const double t_ttft = ttft_ms(r), t_tpot = tpot_ms(r);
     ttft.push_back(t_ttft);
     if (r.generated > 1) tpot.push_back(t_tpot);
     good += (w.slo.ttft_ms <= 0 || t_ttft <= w.slo.ttft_ms) && (w.slo.tpot_ms <= 0 || t_tpot <= w.slo.tpot_ms);
