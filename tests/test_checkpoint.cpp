@@ -16,27 +16,16 @@
 
 #include "backend/cpu/checkpoint.h"
 #include "sim/config.h"
+#include "tests/test_helpers.h"
 
 using namespace tandem;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder under the system temp dir, removed on scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / fmt::format("tandem_ckpt_{}_{}", ::getpid(), counter++);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-  std::string str() const { return path.string(); }
+// The shared temp folder, named for this file's tests.
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("tandem_ckpt") {}
 };
 
 HfLlamaConfig tiny_config() {

@@ -17,6 +17,7 @@
 
 #include "backend/cpu/checkpoint.h"
 #include "core/error.h"
+#include "tests/test_helpers.h"
 #include "sim/worker_server.h"
 
 using namespace tandem;
@@ -24,18 +25,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / fmt::format("tandem_worker_{}_{}", ::getpid(), counter++);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+// The shared temp folder, named for this file's tests.
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("tandem_worker") {}
 };
 
 // A one-layer checkpoint folder the model section accepts (config.json and one shard).
