@@ -164,11 +164,17 @@ std::string conditions_text(const MeasureConditions& c) {
 
 std::string conditions_warning(const MeasureConditions& c, const std::string& what) {
   if (!c.valid || c.taken <= kTakenWarn) return "";
+  // Several threads on cores other work wants: OpenMP's default spin-wait makes it far worse (a
+  // spinning thread holds the core the one it waits for needs; README, "OpenMP's idle threads").
+  const bool spin_hint = c.cores_used > 1 && std::getenv("OMP_WAIT_POLICY") == nullptr;
   return fmt::format(
       "other work took {:.0f} % of the CPU time of the {} core{} {} used (more than {:.0f} %; load average {:.2f} at "
       "the start, {:.2f} at the end): its measured times are those of a busy machine, not this one's own; measure "
-      "again when it is quieter",
-      100 * c.taken, c.cores_used, c.cores_used == 1 ? "" : "s", what, 100 * kTakenWarn, c.load_start, c.load_end);
+      "again when it is quieter{}",
+      100 * c.taken, c.cores_used, c.cores_used == 1 ? "" : "s", what, 100 * kTakenWarn, c.load_start, c.load_end,
+      spin_hint ? ", or with OMP_WAIT_POLICY=passive (OpenMP's waiting threads then sleep instead of spinning on "
+                  "the cores the others need)"
+                : "");
 }
 
 }  // namespace tandem

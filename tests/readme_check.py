@@ -32,6 +32,15 @@ Usage: readme_check.py SOURCE_DIR TANDEM
              needs a GPU or a cluster (tools/device-*, ptx-check, hf-check, bench-torch.py,
              sweep-ray, slurm.sbatch, k8s) is counted as marked, not run: none of these checks
              runs a line's work
+  blocks     every code block of command lines naming build/tandem or a tools/ script runs as
+             written, its lines in order, in a scratch folder laid out as a fresh clone (the
+             source's folders linked, build/tandem the binary under test); a `tandem worker` line
+             runs in the background until the block ends (its port and /tmp paths replaced by a
+             free port and the scratch folder); every line of an output block the README shows
+             for a command (the next block, or one whose lead-in names the command in backticks)
+             is in what it printed, lines naming wall-clock figures aside. Not run: make targets
+             (CI runs make test itself), tools/setup (installs packages), the marked GPU/cluster
+             scripts, build-fuzz/ replays, and synopses (placeholders such as WORKLOAD.yaml)
 
 Standard library only. Prints one line per failure and per check, then "N passed, N failed";
 exits 1 on any failure, 2 on bad usage.
@@ -42,6 +51,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 PREFIXES = ("workloads", "tools", "reports", "traces", "tests", "sim", "policies", "backend", "core")
 # A path the README may name before it exists: run.sh creates it with the first known finding.
@@ -475,6 +485,151 @@ class HelpChecker:
         print(f"lines: {n} README command lines checked against their --help ({marked} need a GPU or a cluster)")
 
 
+class BlockRunner:
+    """The README's command blocks run as written (#35): a user copies a block into a shell in a
+    fresh clone; so does this, and compares what it printed with the output the README shows."""
+
+    NOT_RUN = ("make ", "tools/setup", "build-fuzz/") + MARKED
+    VOLATILE = re.compile(r"wall|elapsed|\d s\)|seconds|ETA")
+
+    def __init__(self, c):
+        self.c = c
+
+    @staticmethod
+    def lines_of(block):
+        """The block's command lines, continuations joined, trailing comments cut; comment lines
+        kept (as None-free markers) so that '# terminal' notes are seen."""
+        out, cur = [], ""
+        for raw in block.split("\n"):
+            line = raw.rstrip()
+            if cur:
+                cur += " " + line.strip()
+            else:
+                cur = line.strip()
+            if cur.endswith("\\"):
+                cur = cur[:-1].rstrip()
+                continue
+            if cur:
+                out.append(cur if cur.startswith("#") else re.split(r"\s#\s", cur)[0].strip())
+            cur = ""
+        return out
+
+    def runnable(self, line):
+        if line.startswith("#") or line.startswith(self.NOT_RUN) or line.startswith("tandem "):
+            return False
+        if re.search(r"\b[A-Z][A-Z_]+(?:\.yaml|_DIR)\b|\[--|\.\.\.", line):  # a synopsis
+            return False
+        # The first word a command: build/tandem, or a tools/ file that exists (not the Layout
+        # section's "tools/      setup; plot ..." listing).
+        first = line.split()[0] if line.split() else ""
+        return first == "build/tandem" or (first.startswith("tools/") and
+                                            os.path.isfile(os.path.join(self.c.src, first)))
+
+    def scratch(self, d):
+        """A clone's layout in d: the source's tracked folders linked, build/tandem the binary."""
+        for name in PREFIXES + ("README.md", "Makefile", "meson.build"):  # never runs/ or a build
+            if os.path.exists(os.path.join(self.c.src, name)):
+                os.symlink(os.path.join(self.c.src, name), os.path.join(d, name))
+        os.makedirs(os.path.join(d, "build"))
+        os.symlink(self.c.tandem, os.path.join(d, "build", "tandem"))
+
+    def outputs_shown(self, blocks, i, cmds):
+        """[(command, shown text)]: the output blocks after command block i: the next block when
+        it holds no command, and each later one whose lead-in names one of cmds in backticks."""
+        shown = []
+        for j in range(i + 1, len(blocks)):
+            start, end, text = blocks[j]
+            if any(self.runnable(l) or l.startswith(("tandem ", "make ")) for l in self.lines_of(text)):
+                break
+            lead = self.c.readme[blocks[j - 1][1]:start]
+            named = [cmd for cmd in cmds if "`%s`" % re.sub(r"^build/", "", cmd) in lead or "`%s`" % cmd in lead]
+            if named:
+                shown.append((named[0], text))
+            elif j == i + 1 and len(lead.strip()) == 0:
+                shown.append((None, text))  # right after the commands: what the block printed
+            else:
+                break
+        return shown
+
+    def check_blocks(self):
+        blocks = [(m.start(), m.end(), m.group(1)) for m in FENCE_RE.finditer(self.c.readme)]
+        ran = skipped = compared = 0
+        for i, (start, _, text) in enumerate(blocks):
+            lines = self.lines_of(text)
+            cmds = [l for l in lines if self.runnable(l)]
+            if not cmds:
+                skipped += sum(1 for l in lines if l.startswith(self.NOT_RUN))
+                continue
+            where = "README:%d" % (self.c.readme.count("\n", 0, start) + 2)
+            printed = {}
+            with tempfile.TemporaryDirectory(prefix="readme-block-") as d:
+                self.scratch(d)
+                port = free_port()
+                servers = []
+                try:
+                    for line in lines:
+                        if not self.runnable(line) and not (line.startswith("head ") or " > /tmp/" in line):
+                            skipped += 0 if line.startswith("#") else 1
+                            continue
+                        cmd = re.sub(r"/tmp/", d + "/", line).replace("127.0.0.1:7001", "127.0.0.1:%d" % port)
+                        if line.startswith("build/tandem worker "):
+                            servers.append(self.start_server(cmd, d, where, line))
+                            continue
+                        ran += 1
+                        try:
+                            p = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], cwd=d, capture_output=True,
+                                               text=True, timeout=600, stdin=subprocess.DEVNULL)
+                            rc, out, err = p.returncode, p.stdout, p.stderr
+                        except subprocess.TimeoutExpired:
+                            rc, out, err = 124, "", "timed out after 600 s"
+                        self.c.ok(rc == 0, f"blocks: {where}: `{line}` exited {rc}: {err.strip()[-300:]}")
+                        printed[line] = out + err
+                finally:
+                    for s in servers:
+                        if s:
+                            s.terminate()
+                            s.wait(timeout=10)
+            for cmd, shown in self.outputs_shown(blocks, i, cmds):
+                out = printed.get(cmd) if cmd else "\n".join(printed.values())
+                if not self.c.ok(out is not None, f"blocks: {where}: the README shows output for `{cmd}`, "
+                                                  f"which the block did not run as written"):
+                    continue
+                have = {" ".join(l.split()) for l in out.split("\n")}
+                for l in shown.split("\n"):
+                    norm = " ".join(l.split())
+                    if not norm or self.VOLATILE.search(norm):
+                        continue
+                    compared += 1
+                    self.c.ok(norm in have, f"blocks: {where}: the README shows `{l.strip()[:120]}` for "
+                                            f"{'`%s`' % cmd if cmd else 'the block'}; it printed no such line")
+        print(f"blocks: {ran} README command lines run as written, {compared} shown output lines compared, "
+              f"{skipped} not run (make targets, set-up, GPU or cluster scripts)")
+
+    def start_server(self, cmd, d, where, line):
+        """A `tandem worker` line in the background, once it says it listens (or None)."""
+        log = open(os.path.join(d, "server.out"), "w+")
+        p = subprocess.Popen(["bash", "-c", "exec " + cmd], cwd=d, stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+        for _ in range(300):
+            log.seek(0)
+            if "listening on" in log.read():
+                return p
+            if p.poll() is not None:
+                break
+            time.sleep(0.1)
+        log.seek(0)
+        self.c.ok(False, f"blocks: {where}: `{line}` did not listen: {log.read().strip()[-300:]}")
+        p.kill()
+        return None
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main():
     if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
@@ -491,6 +646,7 @@ def main():
     h = HelpChecker(c)
     h.check_tandem()
     h.check_lines()
+    BlockRunner(c).check_blocks()
     if c.skipped:
         print(f"{c.skipped} skipped")
     print(f"{c.passed} passed, {c.failed} failed")

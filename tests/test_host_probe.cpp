@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include "sim/host_probe.h"
 
@@ -68,6 +69,20 @@ TEST_CASE("host probe: the warning names the share, the cores and the threshold,
   const std::string w = conditions_warning(c, "this run");
   CHECK(w.find("other work took 30 % of the CPU time of the 1 core this run used (more than 25 %") == 0);
   CHECK(w.find("load average 3.50 at the start, 4.25 at the end") != std::string::npos);
+  CHECK(w.find("OMP_WAIT_POLICY") == std::string::npos);  // one thread: nothing spins at a barrier
+  // Several threads: the hint names OMP_WAIT_POLICY exactly when it is not set already.
+  c.cores_used = 2;
+  const char* set = std::getenv("OMP_WAIT_POLICY");
+  const std::string kept = set ? set : "";
+  unsetenv("OMP_WAIT_POLICY");
+  CHECK(conditions_warning(c, "this run").find("or with OMP_WAIT_POLICY=passive") != std::string::npos);
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  CHECK(conditions_warning(c, "this run").find("OMP_WAIT_POLICY") == std::string::npos);
+  if (set)
+    setenv("OMP_WAIT_POLICY", kept.c_str(), 1);
+  else
+    unsetenv("OMP_WAIT_POLICY");
+  c.cores_used = 1;
   c.taken = kTakenWarn;
   CHECK(conditions_warning(c, "this run").empty());
   c.taken = 0.9;
