@@ -12,6 +12,7 @@
 #include "core/json_strict.h"
 #include "sim/outputs_schema.h"
 #include "sim/sweep_run.h"
+#include "sim/sweep_vllm.h"
 
 namespace tandem {
 
@@ -316,6 +317,7 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
   nlohmann::json all = {{"format", "tandem-sweep-results"}, {"version", 1},     {"sweep", plan.sweep_path},
                         {"rate_key", plan.rate_key},        {"points", points}, {"missing", missing}};
   write_file(dir + "/results.json", all.dump(1) + "\n");
+  write_vllm_sweep_layout(results, dir);
 
   // The table: a line per point (capacity) or per point and rate.
   size_t name_w = 5;
