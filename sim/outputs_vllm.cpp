@@ -352,18 +352,27 @@ bool VllmResult::write(const Engine& e, const Summary& s, const Workload& w) {
     out.value(nullptr);
   out.field_number("output_throughput", per_s(double(total_output)));
   out.field_number("total_token_throughput", per_s(double(total_input + total_output)));
+  // One entry per request, in id (= arrival) order; a request that did not finish has vLLM's
+  // failed entry: output length 0, TTFT and latency 0.0, no ITLs, and its error.
+  auto array = [&](const char* name, auto&& item) {
+    out.key(name);
+    out.raw("[");
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (i) out.raw(", ");
+      item(reqs[i]);
+    }
+    out.raw("]");
+  };
+  // vLLM 0.34 keeps these two arrays in a plain --save-result too: the end-to-end latency
+  // (arrival to the last token) and the time waited for the client's concurrency slot, which an
+  // open-loop arrival never waits (vLLM's 0.0 without --max-concurrency).
+  auto latencies = [&] {
+    array("latencies", [&](const Request& r) {
+      out.number(r.status == RequestStatus::Finished && r.finish != kNever ? seconds(r.finish - r.arrival) : 0.0);
+    });
+  };
+  auto queue_times = [&] { array("queue_times", [&](const Request&) { out.number(0.0); }); };
   if (detailed_) {
-    // One entry per request, in id (= arrival) order; a request that did not finish has vLLM's
-    // failed entry: output length 0, TTFT 0.0, no ITLs, and its error.
-    auto array = [&](const char* name, auto&& item) {
-      out.key(name);
-      out.raw("[");
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        if (i) out.raw(", ");
-        item(reqs[i]);
-      }
-      out.raw("]");
-    };
     array("input_lens", [&](const Request& r) { out.integer(r.prompt_len); });
     array("output_lens", [&](const Request& r) { out.integer(r.status == RequestStatus::Finished ? r.generated : 0); });
     array("ttfts", [&](const Request& r) {
@@ -379,10 +388,14 @@ bool VllmResult::write(const Engine& e, const Summary& s, const Workload& w) {
       }
       out.raw("]");
     });
+    latencies();
     array("start_times", [&](const Request& r) { out.number(seconds(r.arrival)); });
+    queue_times();
     array("generated_texts", [&](const Request&) { out.raw("\"\""); });  // tandem has no text
     array("errors", [&](const Request& r) { out.value(std::string(error_of(r))); });
   } else {
+    latencies();
+    queue_times();
     for (const Request& r : reqs) read_back(r);
   }
 

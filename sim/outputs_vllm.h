@@ -1,4 +1,4 @@
-// vllm_result.json: the file `vllm bench serve --save-result` writes, as vLLM v0.18.0 writes it
+// vllm_result.json: the file `vllm bench serve --save-result` writes, as vLLM v0.34.0 writes it
 // (vllm/benchmarks/serve.py: main_async's result_json, into which benchmark()'s result is merged),
 // so that scripts written for vLLM's results read tandem's simulated and measured runs alike.
 // Keys, their order, units and statistics are vLLM's; README.md ("Outputs") gives the mapping.
@@ -25,7 +25,7 @@ namespace tandem {
 class Engine;
 
 // The vLLM release whose format vllm_result.json matches.
-inline constexpr const char* kVllmResultVersion = "0.18.0";
+inline constexpr const char* kVllmResultVersion = "0.34.0";
 
 class VllmResult {
  public:

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""vllm_result.json (sim/outputs_vllm.cpp) against vLLM v0.18.0's format and tandem's own outputs.
+"""vllm_result.json (sim/outputs_vllm.cpp) against vLLM v0.34.0's format and tandem's own outputs.
 
 Usage: test_outputs_vllm.py TANDEM SOURCE_DIR
 
 Runs `tandem run` on the quickstart workload and on a variant where requests fail and are
 cancelled, then checks: the keys, their order and JSON types are those of the samples in
-tests/data/vllm/ (a real `--save-result` file of vLLM 0.18.0 and a `--save-detailed` one built
+tests/data/vllm/ (vLLM 0.34.0's `--save-result` and `--save-detailed` shapes, built from its source
+onto a real 0.18.0 `--save-result` file and a `--save-detailed` one built
 from its source); one per-request entry per request; the figures agree with summary.json and
 requests.csv; the statistics are numpy's, recomputed here from the file's own arrays; failed
 and cancelled requests are errors, left out of every statistic. Standard library only.
@@ -24,7 +25,11 @@ import unittest
 TANDEM = SOURCE = None
 SAMPLES = "tests/data/vllm"
 E2EL_KEYS = ["mean_e2el_ms", "median_e2el_ms", "std_e2el_ms", "p99_e2el_ms"]
-ARRAYS = ["input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors"]
+ARRAYS = ["input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times", "generated_texts",
+          "errors"]
+# The two of them vLLM 0.34 keeps in a plain --save-result too (its list of per-request fields to
+# drop without --save-detailed names neither).
+KEPT_ARRAYS = ["latencies", "queue_times"]
 # tandem's keys after vLLM's (as `--metadata` adds keys): SLO attainment over all requests.
 TANDEM_KEYS = ["slo_attainment_ttft", "slo_attainment_tpot", "slo_attainment", "slo_attainment_denominator"]
 
@@ -110,8 +115,8 @@ class Run:
 class VllmResultTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.real = load(os.path.join(SOURCE, SAMPLES, "vllm-0.18.0-save-result.json"))
-        cls.detailed = load(os.path.join(SOURCE, SAMPLES, "vllm-0.18.0-save-detailed.json"))
+        cls.real = load(os.path.join(SOURCE, SAMPLES, "vllm-0.34.0-save-result.json"))
+        cls.detailed = load(os.path.join(SOURCE, SAMPLES, "vllm-0.34.0-save-detailed.json"))
         quickstart = os.path.join(SOURCE, "workloads/quickstart.yaml")
         cls.full = Run(quickstart)
         cls.small = Run(quickstart, "--trace", "none")
@@ -136,14 +141,14 @@ class VllmResultTest(unittest.TestCase):
                 continue
             self.assertEqual(json_type(got[k]), want, f"{note}: {k} is {json_type(got[k])}, the sample's {want}")
         for k in ARRAYS:
-            if k in sample and k != "itls":  # element types; itls: lists of floats
+            if k in sample and k != "itls":  # element types (from the detailed sample); itls: lists of floats
                 for x in got[k]:
-                    self.assertEqual(json_type(x), json_type(sample[k][0]), f"{k} element")
+                    self.assertEqual(json_type(x), json_type(self.detailed[k][0]), f"{k} element")
         for gaps in got.get("itls", []):
             self.assertTrue(all(isinstance(x, float) for x in gaps), "itls: floats in seconds")
 
-    def test_shape_is_vllm_0_18_0(self):
-        self.assertEqual(set(self.detailed) - set(ARRAYS) - set(E2EL_KEYS), set(self.real),
+    def test_shape_is_vllm_0_34_0(self):
+        self.assertEqual(set(self.detailed) - (set(ARRAYS) - set(KEPT_ARRAYS)) - set(E2EL_KEYS), set(self.real),
                          "the two samples disagree: the built one must be the real one plus the arrays and e2el")
         self.assert_shape(self.full.vllm, self.detailed, "default run (--save-detailed)")
         # --trace none: the keys of a plain --save-result, with e2el's statistics added.
@@ -194,6 +199,10 @@ class VllmResultTest(unittest.TestCase):
             self.assertTrue(close(max(r["itls"][i], default=0) * 1000, float(row["itl_max_ms"]), abs_=1e-6))
             e2e = r["ttfts"][i] + math.fsum(r["itls"][i])
             self.assertTrue(close(e2e * 1000, float(row["e2e_ms"]), abs_=1e-6), f"request {i}: ttft + itls != e2e")
+        for i, row in enumerate(self.full.requests):  # 0.34's two: latency = e2e; no client-side wait
+            self.assertTrue(close(r["latencies"][i] * 1000, float(row["e2e_ms"]), abs_=1e-6), f"request {i}: latency")
+        self.assertEqual(set(r["queue_times"]), {0.0})
+        self.assertEqual(self.small.vllm["latencies"], r["latencies"])  # kept by a plain --save-result too
         self.assertEqual(set(r["generated_texts"]), {""})  # tandem has no text
         self.assertEqual(set(r["errors"]), {""})
         self.assertEqual(sum(r["output_lens"]), r["total_output_tokens"])
@@ -234,7 +243,7 @@ class VllmResultTest(unittest.TestCase):
             # vLLM's entry for a failed request: its prompt length, no output, no TTFT, no ITLs.
             want = row["fail_reason"] if row["status"] == "failed" else "cancelled"
             self.assertEqual(r["errors"][i], want)
-            self.assertEqual((r["output_lens"][i], r["ttfts"][i], r["itls"][i]), (0, 0.0, []))
+            self.assertEqual((r["output_lens"][i], r["ttfts"][i], r["itls"][i], r["latencies"][i]), (0, 0.0, [], 0.0))
             self.assertEqual(r["input_lens"][i], int(row["prompt_len"]))
         self.assertIn("exceeds_max_model_len", r["errors"])
         # Attainment divides by every request, failed and cancelled ones counting as misses.
