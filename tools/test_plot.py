@@ -100,6 +100,30 @@ class Figures(unittest.TestCase):
         self.assertIn("cannot finish, 97/500 finished", texts)
         plot.plt.close(fig)
 
+    def test_cost_pareto_marks_misses(self):
+        def capped(name, index, runs):
+            p = point(name, runs, {"status": "found", "rate": 2, "first_missed": 4, "runs": len(runs)})
+            p["index"] = index
+            return p
+        slo = {"ttft_p99_ms": 100, "tpot_p99_ms": 10}
+        caps = [capped("a", 0, [run(1, 50, 5, 100, True), run(2, 90, 8, 200, True), run(4, 300, 20, 400, False)]),
+                capped("b", 1, [run(1, 20, 2, 100, True), run(4, 50, 12, 400, False)])]
+        self.assertEqual(plot.slo_share(caps[0]["runs"][1]["metrics"], slo), 0.9)  # the worse of 90/100, 8/10
+        costs = {0: {"gpus": 1, "usd": 3.6}, 1: {"gpus": 2, "usd": 7.2}}
+        fig, front, missed, xlabel = plot.cost_pareto_figure(caps, slo, costs)
+        self.assertIn("requests per", xlabel)
+        # a: 1000, 2000, 4000 requests per $ (rate x 3600 / 3.6); b: 500 and 2000 (its $ per hour doubled).
+        self.assertEqual(sorted(missed), [(2000.0, 1.2), (4000.0, 3.0)])  # b's rate 4: tpot 12/10; a's: ttft 300/100
+        self.assertEqual(front, [(500.0, 0.2), (1000.0, 0.5), (2000.0, 0.9)])  # none both cheaper and further inside
+        for x, y in front:
+            self.assertLessEqual(y, 1.0)
+        plot.plt.close(fig)
+        # Without prices: per GPU.
+        fig, front, missed, xlabel = plot.cost_pareto_figure(caps, slo, {0: {"gpus": 1}, 1: {"gpus": 2}})
+        self.assertIn("per GPU", xlabel)
+        self.assertEqual(sorted(missed), [(2.0, 1.2), (4.0, 3.0)])
+        plot.plt.close(fig)
+
 
 if __name__ == "__main__":
     unittest.main()
