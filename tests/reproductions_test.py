@@ -25,7 +25,7 @@ def main(argv):
         return 2
     src, tandem = argv[1], os.path.abspath(argv[2])
     script = os.path.join(src, "reproductions", "reproduce")
-    names = ["sarathi-table2", "sarathi-fig9a", "splitwise-hardware"]
+    names = ["sarathi-fig2", "sarathi-table2", "sarathi-fig9a", "splitwise-hardware"]
     if os.path.exists(os.path.join(os.path.dirname(os.path.abspath(src)), SHAREGPT)):
         names.append("sarathi-capacity")
     else:
