@@ -40,7 +40,8 @@ Usage: readme_check.py SOURCE_DIR TANDEM
              for a command (the next block, or one whose lead-in names the command in backticks)
              is in what it printed, lines naming wall-clock figures aside. Not run: make targets
              (CI runs make test itself), tools/setup (installs packages), the marked GPU/cluster
-             scripts, build-fuzz/ replays, and synopses (placeholders such as WORKLOAD.yaml)
+             scripts, build-fuzz/ replays, reproductions/reproduce (minutes; its own suite runs
+             --check), and synopses (placeholders such as WORKLOAD.yaml)
 
 Standard library only. Prints one line per failure and per check, then "N passed, N failed";
 exits 1 on any failure, 2 on bad usage.
@@ -489,7 +490,9 @@ class BlockRunner:
     """The README's command blocks run as written (#35): a user copies a block into a shell in a
     fresh clone; so does this, and compares what it printed with the output the README shows."""
 
-    NOT_RUN = ("make ", "tools/setup", "build-fuzz/") + MARKED
+    # make targets (CI runs make test), set-up, fuzz replays, the GPU/cluster scripts, and the
+    # reproductions (minutes; the `reproductions` suite runs `reproductions/reproduce --check`).
+    NOT_RUN = ("make ", "tools/setup", "build-fuzz/", "reproductions/") + MARKED
     VOLATILE = re.compile(r"wall|elapsed|\d s\)|seconds|ETA")
 
     def __init__(self, c):
@@ -603,7 +606,7 @@ class BlockRunner:
                     self.c.ok(norm in have, f"blocks: {where}: the README shows `{l.strip()[:120]}` for "
                                             f"{'`%s`' % cmd if cmd else 'the block'}; it printed no such line")
         print(f"blocks: {ran} README command lines run as written, {compared} shown output lines compared, "
-              f"{skipped} not run (make targets, set-up, GPU or cluster scripts)")
+              f"{skipped} not run (make targets, set-up, GPU or cluster scripts, reproductions)")
 
     def start_server(self, cmd, d, where, line):
         """A `tandem worker` line in the background, once it says it listens (or None)."""
