@@ -6,6 +6,7 @@
 
 #include <boost/program_options.hpp>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -58,21 +59,15 @@ void raise_open_files_limit() {
 // What was served, as a workload `tandem run` replays: the arrivals (a vidur trace: offset, prompt
 // tokens, tokens asked for) and the workload that reads them.
 void write_served_workload(const std::string& dir, const Workload& w, const std::vector<Request>& served) {
-  const std::string csv = dir + "/arrivals.csv";
+  const std::string csv = w.requests.trace->path;  // dir's arrivals.csv, absolute
   std::ofstream f(csv);
   f << "arrived_at,num_prefill_tokens,num_decode_tokens\n";
   const Time t0 = served.empty() ? 0 : served.front().arrival;
   for (const Request& r : served)
     f << fmt::format("{:.9f},{},{}\n", to_seconds(r.arrival - t0), r.prompt_len, r.max_output);
-  Workload replay = w;
-  replay.requests = RequestsSpec{};
-  TraceSpec t;
-  t.format = TraceSpec::Format::Vidur;
-  t.path = csv;
-  replay.requests.trace = t;
   std::ofstream y(dir + "/served_workload.yaml");
   y << "# What `tandem serve` served, as a workload: `tandem run` replays these arrivals in simulation.\n"
-    << to_yaml(replay);
+    << to_yaml(w);
   if (!f || !y) throw std::runtime_error(fmt::format("cannot write {}/arrivals.csv or served_workload.yaml", dir));
 }
 
@@ -125,6 +120,14 @@ int serve_command(const std::vector<std::string>& args) {
   Workload w = load_served_workload(vm["workload"].as<std::string>(), sets, had_requests);
   if (had_requests)
     std::cerr << "tandem serve: note: the workload's requests: section is not used; requests come from HTTP clients\n";
+  // What is served is a trace: the arrivals the clients make (written at the end with --out), so
+  // that the outputs describe this run's load, not the file's unused section.
+  w.requests = RequestsSpec{};
+  w.requests.trace = TraceSpec{};
+  w.requests.trace->format = TraceSpec::Format::Vidur;
+  w.requests.trace->path =
+      (vm.count("out") ? std::filesystem::absolute(vm["out"].as<std::string>()) : std::filesystem::path("(clients)")) /
+      "arrivals.csv";
 
   FrontendOptions fo;
   const std::string listen = vm["listen"].as<std::string>();

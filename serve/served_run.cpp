@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "backend/cost_model.h"
@@ -46,8 +47,6 @@ ServedRun::ServedRun(Workload& w, const ServeOptions& o) : w_(w), o_(o) {
       }
   prompts_.resize(size_t(o.max_requests));
   delivered_.resize(size_t(o.max_requests));
-  running_.resize(specs.size());
-  waiting_.resize(specs.size());
   kv_use_.resize(specs.size());
 }
 
@@ -105,25 +104,30 @@ ReqId ServedRun::submit(std::vector<Token> prompt, int32_t max_output) {
   const ReqId id = next_slot_++;
   const auto len = int32_t(prompt.size());
   prompts_[size_t(id)] = std::move(prompt);  // before the Submit: the inbox's lock orders the two
+  ++num_alive_;
   engine_->inbox().post(Submit{id, len, max_output});
   return id;
 }
 
+// Running: requests alive that a step has taken (under PD, also while parked or moving); waiting:
+// the other requests alive (submitted, never scheduled yet). Exact at every step and every end.
 void ServedRun::on_step(const StepRecord& r) {
-  const auto i = size_t(r.instance);
-  running_[i] = r.running;
-  waiting_[i] = r.waiting;
-  kv_use_[i] = r.kv_capacity > 0 ? double(r.kv_used) / r.kv_capacity : 0.0;
-  int64_t run = 0, wait = 0;
-  double kv = 0;
-  for (size_t k = 0; k < running_.size(); ++k) {
-    run += running_[k];
-    wait += waiting_[k];
-    kv = std::max(kv, kv_use_[k]);
+  for (const ScheduledSeq& s : r.plan->seqs) {
+    Delivered& d = delivered_[size_t(s.id)];
+    if (!d.scheduled) {
+      d.scheduled = true;
+      ++num_scheduled_alive_;
+    }
   }
-  stats_.running = run;
-  stats_.waiting = wait;
-  stats_.kv_usage = kv;
+  const auto i = size_t(r.instance);
+  kv_use_[i] = r.kv_capacity > 0 ? double(r.kv_used) / r.kv_capacity : 0.0;
+  stats_.kv_usage = *std::max_element(kv_use_.begin(), kv_use_.end());
+  publish_counts();
+}
+
+void ServedRun::publish_counts() {
+  stats_.running = num_scheduled_alive_;
+  stats_.waiting = std::max<int64_t>(0, num_alive_.load() - num_scheduled_alive_);
 }
 
 void ServedRun::on_token(const Request& r, Time at) {
@@ -144,11 +148,9 @@ void ServedRun::on_token(const Request& r, Time at) {
 
 void ServedRun::on_request_done(const Request& r) {
   prompts_[size_t(r.id)] = {};
-  // The gauges are the last step's; one that left since is out of them until the next step.
-  if (r.first_scheduled != kNever)
-    stats_.running = std::max<int64_t>(0, stats_.running - 1);
-  else
-    stats_.waiting = std::max<int64_t>(0, stats_.waiting - 1);
+  num_scheduled_alive_ -= delivered_[size_t(r.id)].scheduled;
+  --num_alive_;
+  publish_counts();
   if (outbox_) outbox_->push({Note::Kind::End, r.status, r.fail_reason, r.id, 0, r.finish});
   std::lock_guard lock(stats_.mu);
   stats_.finished += r.status == RequestStatus::Finished;

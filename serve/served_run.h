@@ -136,12 +136,15 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
   LiveStats stats_;
   std::vector<std::vector<Token>> prompts_;  // by slot: written by submit, freed when the request leaves
   struct Delivered {
-    int32_t tokens = 0;  // handed to the outbox
-    Time last = 0;       // the last one's instant
+    int32_t tokens = 0;      // handed to the outbox
+    Time last = 0;           // the last one's instant
+    bool scheduled = false;  // a step has taken it
   };
-  std::vector<Delivered> delivered_;        // by slot (loop thread)
-  std::vector<int32_t> running_, waiting_;  // by instance, from its last step
-  std::vector<double> kv_use_;
+  std::vector<Delivered> delivered_;   // by slot (loop thread)
+  std::vector<double> kv_use_;         // by instance, from its last step
+  std::atomic<int64_t> num_alive_{0};  // submitted (HTTP thread) and not ended (loop thread)
+  int64_t num_scheduled_alive_ = 0;    // loop thread
+  void publish_counts();
   ReqId next_slot_ = 0;  // HTTP thread
   std::thread thread_;
   Summary summary_;
