@@ -28,7 +28,7 @@ constexpr const char* kServeUsage =
     "                    [--out DIR [--trace full|steps|requests|none]] [--set KEY=VALUE ...] [--threads N]\n"
     "                    [--max-connections N] [--max-queue N] [--max-body-bytes N] [--max-requests N]\n"
     "                    [--drain-s S] [--served-model-name NAME]\n"
-    "       tandem serve --write-tokenizer DIR   # the byte-level tokenizer's Hugging Face files\n";
+    "       tandem serve --write-tokenizer --out DIR   # the byte-level tokenizer's Hugging Face files\n";
 
 // A workload for serving needs no requests: requests come from clients. Without a requests:
 // section, a placeholder one (never used) lets the workload's checks run unchanged.
@@ -93,7 +93,7 @@ int serve_command(const std::vector<std::string>& args) {
       "drain-s", po::value<double>()->default_value(30), "on SIGINT/SIGTERM: how long requests in flight may go on")(
       "chunk-timestamps", po::bool_switch(),
       "an SSE comment line before each chunk: the engine instant it was emitted at (CLOCK_MONOTONIC ns)")(
-      "write-tokenizer", po::value<std::string>(), "write tokenizer.json and tokenizer_config.json into DIR and exit")(
+      "write-tokenizer", po::bool_switch(), "write tokenizer.json and tokenizer_config.json into --out DIR, and exit")(
       "help,h", po::bool_switch(), "this help");
   po::options_description hidden;
   hidden.add_options()("workload", po::value<std::string>());
@@ -108,13 +108,13 @@ int serve_command(const std::vector<std::string>& args) {
     std::cout << kServeUsage << opts;
     return 0;
   }
-  if (vm.count("write-tokenizer")) {
-    write_tokenizer_files(vm["write-tokenizer"].as<std::string>());
-    std::cout << "tandem serve: wrote " << vm["write-tokenizer"].as<std::string>()
-              << "/tokenizer.json and tokenizer_config.json\n";
+  if (vm["write-tokenizer"].as<bool>()) {
+    if (!vm.count("out")) throw InputError("--write-tokenizer writes into --out DIR, which is missing");
+    write_tokenizer_files(vm["out"].as<std::string>());
+    std::cout << "tandem serve: wrote " << vm["out"].as<std::string>() << "/tokenizer.json and tokenizer_config.json\n";
     return 0;
   }
-  if (!vm.count("workload")) throw InputError(std::string("serve: missing WORKLOAD.yaml\n") + kServeUsage);
+  if (!vm.count("workload")) throw InputError(std::string("missing WORKLOAD.yaml\n") + kServeUsage);
   const auto sets = vm.count("set") ? parse_sets(vm["set"].as<std::vector<std::string>>()) : std::vector<Override>{};
   bool had_requests = false;
   Workload w = load_served_workload(vm["workload"].as<std::string>(), sets, had_requests);

@@ -41,7 +41,7 @@ std::string byte_symbol(int b, int& next_spare) {
 void write_tokenizer_files(const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw InputError(fmt::format("--write-tokenizer {}: {}", dir.string(), ec.message()));
+  if (ec) throw InputError(fmt::format("--write-tokenizer --out {}: {}", dir.string(), ec.message()));
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   int spare = 0;
   for (int b = 0; b < kByteVocab; ++b) vocab[byte_symbol(b, spare)] = b;

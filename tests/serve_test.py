@@ -239,6 +239,14 @@ def main():
     wl = lambda name: os.path.join(src, "workloads", name)  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
         if mode == "sim":
+            tok = os.path.join(tmp, "tok")
+            subprocess.run([tandem, "serve", "--write-tokenizer", "--out", tok], check=True, timeout=60)
+            t = json.load(open(os.path.join(tok, "tokenizer.json")))
+            vocab = t["model"]["vocab"]
+            check(sorted(vocab.values()) == list(range(256)) and len(vocab) == 256 and not t["model"]["merges"] and
+                  t["pre_tokenizer"]["type"] == "ByteLevel" and t["decoder"]["type"] == "ByteLevel" and
+                  vocab["h"] == ord("h") and vocab["\u0120"] == 32,
+                  "tokenizer.json: 256 byte-level symbols, id = byte value, no merges")
             key = os.path.join(tmp, "key")
             open(key, "w").write("sesame\n")
             s = Server(tandem, wl("serve_sim.yaml"), "--set", "engine.num_kv_blocks=100", "--max-connections", "8",
