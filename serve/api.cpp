@@ -112,8 +112,10 @@ std::vector<Token> chat_prompt(const json& msgs) {
       cm.content = content->get<std::string>();
     } else if (content->is_array()) {
       for (const json& part : *content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string())
+        const bool text_part = part.is_object() && part.contains("type") && part["type"].is_string() &&
+                               part["type"].get_ref<const std::string&>() == "text" && part.contains("text") &&
+                               part["text"].is_string();
+        if (!text_part)
           refuse("messages", "a message's content parts must be {\"type\": \"text\", \"text\": STRING} (text only)");
         cm.content += part["text"].get<std::string>();
       }
@@ -185,6 +187,8 @@ std::variant<Ask, ApiError> parse_ask(std::string_view body, bool chat, const Ap
     return a;
   } catch (const Refusal& r) {
     return r.e;
+  } catch (const json::exception& e) {  // a shape no check above expected: still the client's input
+    return ApiError{400, fmt::format("the request body has a field of an unexpected type: {}", e.what()), ""};
   }
 }
 

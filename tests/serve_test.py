@@ -126,14 +126,24 @@ def error_checks(s, model, port):
     err(400, {"prompt": "x" * 1000, "max_tokens": 1000}, "max_tokens", "a request the KV cache can never hold")
     err(404, {"prompt": "x", "model": "other"}, "model", "an unknown model")
     err(400, {"messages": "hi"}, "messages", "chat messages as a string", "/v1/chat/completions")
+    err(400, {"messages": [{"role": "user", "content": [{"type": 5, "text": "x"}]}]}, "messages",
+        "a content part whose type is a number", "/v1/chat/completions")
+    err(400, {"messages": [{"role": "user", "content": 5}]}, "messages", "a content as a number",
+        "/v1/chat/completions")
+    err(400, {"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options",
+        "stream_options without stream")
     err(413, {"prompt": "y" * 300000}, None, "a body over --max-body-bytes")
     st, _, _ = s.request("GET", "/nowhere")
     check(st == 404, "an unknown path: 404")
     st, _, _ = s.request("GET", "/v1/completions")
     check(st == 405, "GET on a POST endpoint: 405")
     # Connections: --max-connections 8; hold 8 open (idle), the next is answered 503.
-    held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(8)]
-    time.sleep(0.3)
+    held = []
+    for _ in range(8):  # each answered once (keep-alive): the server has taken it
+        h = s.conn()
+        h.request("GET", "/health")
+        h.getresponse().read()
+        held.append(h)
     extra = socket.create_connection(("127.0.0.1", port), timeout=30)
     data = b""
     while True:
