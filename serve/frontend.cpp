@@ -209,6 +209,10 @@ void Session::handle(http::request<http::string_body>& req) {
 
 void Session::handle_ask(const http::request<http::string_body>& req, bool chat) {
   if (fe_.draining) return reply_error({503, "the server is shutting down", "", "server_error"});
+  // A full queue refuses before the body is parsed and tokenised (the per-request work).
+  if (fe_.alive >= fe_.opts.max_queue)
+    return reply_error(
+        {503, fmt::format("the server's queue is full ({} requests in flight)", fe_.alive), "", "server_error"});
   const Workload& w = fe_.run.workload();
   ApiLimits limits{w.model.vocab, w.model.max_model_len};
   auto parsed = parse_ask(req.body(), chat, limits);
