@@ -32,6 +32,7 @@ Engine::Engine(const Workload& w, RequestSet requests, std::span<executor_i* con
 }
 
 void Engine::post_next_arrival() {
+  if (open_) return;  // an open run's arrivals come through the inbox
   // Arrivals are sorted: only the next one sits in the queue, which keeps the heap small.
   if (next_arrival_ < requests_.requests.size()) {
     const Request& r = requests_.requests[next_arrival_];
@@ -42,14 +43,15 @@ void Engine::post_next_arrival() {
 
 Summary Engine::run() {
   const auto wall_start = std::chrono::steady_clock::now();
-  for (const Request& r : requests_.requests)
-    if (r.cancel_at != kNever) events_.post(r.cancel_at, Cancel{r.id});
+  if (!open_)
+    for (const Request& r : requests_.requests)
+      if (r.cancel_at != kNever) events_.post(r.cancel_at, Cancel{r.id});
   post_next_arrival();
   for (;;) {
     take_in_inbox();
     if (awaiting_async()) check_deadlines();
     if (!run_error_.empty()) break;
-    if (events_.empty() && !awaiting_async()) break;
+    if (events_.empty() && !awaiting_async() && (!open_ || closed_)) break;
     // Wait for the next event, or for a completion from another thread or process (the inbox),
     // or, while one is awaited, until its deadline.
     Time next = events_.empty() ? kMaxTime : events_.top().time;
@@ -62,6 +64,10 @@ Summary Engine::run() {
     std::visit([this](const auto& ev) { on(ev); }, e.event);
     // Take in everything that happens at this instant before planning the next steps.
     if (events_.empty() || events_.top().time > now_) start_idle_instances();
+  }
+  if (open_) {  // the slots no client took were never part of the run
+    requests_.requests.resize(num_opened_);
+    if (!outputs_.empty()) outputs_.resize(num_opened_);
   }
   if (run_error_.empty()) check_nothing_lost();
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
@@ -144,9 +150,30 @@ void Engine::on(const Arrival& e) {
   // Per-token work (hashing the prompt) only for a request that can be served at all.
   const FailReason why = topology_->arrival_failure(r);
   std::vector<BlockHash> hashes;
-  if (topology_->entry(e.id).scheduler.config().enable_prefix_caching && why == FailReason::None)
-    hash_prompt_blocks(r, prompt_tokens_, w_.engine.block_size, hash_root_, hashes);
+  if (topology_->entry(e.id).scheduler.config().enable_prefix_caching && why == FailReason::None) {
+    if (client_prompts_)
+      hash_token_blocks(client_prompts_->prompt(e.id), w_.engine.block_size, hash_root_, hashes);
+    else
+      hash_prompt_blocks(r, prompt_tokens_, w_.engine.block_size, hash_root_, hashes);
+  }
   if (!topology_->add_request(e.id, now_, std::move(hashes))) on_request_left(r);
+}
+
+void Engine::on(const Submit& e) {
+  Request& r = requests_.requests.at(size_t(e.id));
+  if (r.arrival != kNever) throw std::logic_error(fmt::format("engine: request slot {} submitted twice", e.id));
+  r.arrival = now_;
+  r.prompt_len = e.prompt_len;
+  r.max_output = e.max_output;
+  num_opened_ = std::max(num_opened_, size_t(e.id) + 1);
+  on(Arrival{e.id});
+}
+
+void Engine::on(const Close&) { closed_ = true; }
+
+void Engine::token_reached_client(Request& r, Time at) {
+  metrics_.on_token(r, at);
+  for (run_observer_i* o : observers_) o->on_token(r, at);
 }
 
 void Engine::on(const Cancel& e) {
@@ -174,9 +201,9 @@ void Engine::on(const StepDone& e) {
   for (const ScheduledSeq& s : plan.seqs) {
     if (!s.samples) continue;
     Request& r = requests_.requests[size_t(s.id)];
-    if (!topology_->holds_token(in, r)) metrics_.on_token(r, now_);
     if (!outputs_.empty() && k < in.inflight_result.sampled.size())
       outputs_[size_t(s.id)].push_back(in.inflight_result.sampled[k]);
+    if (!topology_->holds_token(in, r)) token_reached_client(r, now_);
     ++k;
   }
   in.inflight.tokens_at = now_;
@@ -218,7 +245,8 @@ void Engine::check_deadlines() {
 void Engine::on(const PeerLost& e) {
   if (!run_error_.empty()) return;
   run_error_ = e.reason;
-  for (Request& r : requests_.requests) {
+  // An open run's slots past the last Submit were never used.
+  for (Request& r : std::span(requests_.requests).first(open_ ? num_opened_ : requests_.requests.size())) {
     if (!r.alive()) continue;
     r.fail_reason = e.fail;
     // One that had not arrived yet ends at its arrival (as a cancel before arrival does).
@@ -318,8 +346,12 @@ void Engine::attach_tokens(StepPlan& plan) {
     const int32_t prompt_end = std::min(end, r.prompt_len);
     if (s.num_computed_before < prompt_end) {  // the prompt part, a run at a time
       const size_t at = plan.tokens.size();
-      plan.tokens.resize(at + size_t(prompt_end - s.num_computed_before));
-      prompt_tokens_.fill(r, s.num_computed_before, prompt_end - s.num_computed_before, plan.tokens.data() + at);
+      const int32_t n = prompt_end - s.num_computed_before;
+      plan.tokens.resize(at + size_t(n));
+      if (client_prompts_)
+        std::copy_n(client_prompts_->prompt(s.id).begin() + s.num_computed_before, n, plan.tokens.data() + at);
+      else
+        prompt_tokens_.fill(r, s.num_computed_before, n, plan.tokens.data() + at);
     }
     for (int32_t p = std::max(s.num_computed_before, r.prompt_len); p < end; ++p)
       plan.tokens.push_back(out[size_t(p - r.prompt_len)]);

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,20 @@ class run_observer_i {
   virtual ~run_observer_i() = default;
   virtual void on_step(const StepRecord&) {}
   virtual void on_request_done(const Request&) {}
+  // One of r's tokens reaches its client at `at` (on a real backend, the k-th call for r is
+  // Engine::outputs()[r.id][k], already there).
+  virtual void on_token(const Request& r, Time at) {
+    (void)r;
+    (void)at;
+  }
+};
+
+// Prompts given as token ids by clients (`tandem serve`), instead of generated from the seed.
+// prompt(id) is read on the loop's thread only, after the request's Submit was taken in.
+class client_prompts_i {
+ public:
+  virtual ~client_prompts_i() = default;
+  virtual std::span<const Token> prompt(ReqId id) const = 0;
 };
 
 class Engine final : private loop_i {
@@ -52,6 +67,14 @@ class Engine final : private loop_i {
   }
   // Where other threads post events for the loop (thread-safe); a post wakes a waiting wall clock.
   Inbox& inbox() { return inbox_; }
+  // An open run (`tandem serve`): the request table's slots are empty (arrival kNever) and
+  // requests come as Submit events through the inbox; the run ends after a Close, once every
+  // request that came in has left, and its outputs hold the slots used (ids 0 .. n-1, in the
+  // order the front end handed them out). `prompts`: their token ids (null: from the seed).
+  void open_arrivals(const client_prompts_i* prompts) {
+    open_ = true;
+    client_prompts_ = prompts;
+  }
   // Runs to the end. Throws std::runtime_error if a request was lost (a bug, never bad input).
   Summary run();
   const std::vector<Request>& requests() const { return requests_.requests; }
@@ -69,6 +92,9 @@ class Engine final : private loop_i {
   void on(const TransferDone& e);
   void on(const StepFinished& e);
   void on(const PeerLost& e);
+  void on(const Submit& e);
+  void on(const Close& e);
+  void token_reached_client(Request& r, Time at);
   bool awaiting_async() const { return !async_ops_.empty(); }
   void end_async(int32_t instance, uint64_t ticket);
   void check_deadlines();
@@ -92,7 +118,7 @@ class Engine final : private loop_i {
   Request& request(ReqId id) override { return requests_.requests[size_t(id)]; }
   void await_transfer(uint64_t ticket) override;
   void request_left(const Request& r) override { on_request_left(r); }
-  void token_to_client(Request& r) override { metrics_.on_token(r, now_); }
+  void token_to_client(Request& r) override { token_reached_client(r, now_); }
 
   const Workload& w_;
   RequestSet requests_;
@@ -117,6 +143,10 @@ class Engine final : private loop_i {
   PromptTokens prompt_tokens_;
   BlockHash hash_root_;
   size_t next_arrival_ = 0;
+  bool open_ = false;      // arrivals come as Submit events (tandem serve)
+  bool closed_ = false;    // ... until a Close
+  size_t num_opened_ = 0;  // an open run's slots used so far (the highest Submit id + 1)
+  const client_prompts_i* client_prompts_ = nullptr;
   Time now_ = 0;
   int64_t num_steps_ = 0;  // over all instances: a step's index in steps.csv
 };

@@ -44,7 +44,15 @@ struct PeerLost {
   std::string reason;
   FailReason fail = FailReason::PeerLost;
 };
-using Event = std::variant<Arrival, StepDone, Cancel, TransferDone, StepFinished, PeerLost>;
+// A request from a client of `tandem serve` (an open run, Engine::open_arrivals): its slot in the
+// request table, handed out by the front end, and its lengths; it arrives when the loop takes it in.
+struct Submit {
+  ReqId id;
+  int32_t prompt_len, max_output;
+};
+// An open run takes no more arrivals: it ends once every request that came in has left.
+struct Close {};
+using Event = std::variant<Arrival, StepDone, Cancel, TransferDone, StepFinished, PeerLost, Submit, Close>;
 
 struct TimedEvent {
   Time time;

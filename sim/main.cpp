@@ -16,6 +16,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cuda_module.h"
 #include "backend/warmup.h"
+#include "serve/serve_command.h"
 #include "sim/calibrate.h"
 #include "sim/compare.h"
 #include "sim/config.h"
@@ -53,6 +54,8 @@ constexpr const char* kUsage =
     "  tandem worker --listen HOST:PORT [--backend cpu|cuda] [--threads N] [--secret-file F] [--once]   # 1P1D "
     "decode over tcp\n"
     "                [--idle-timeout-ms MS] [--checkpoint-root DIR]\n"
+    "  tandem serve WORKLOAD.yaml [--backend sim|cpu|cuda] [--listen HOST:PORT] [--api-key-file F] [--out DIR]\n"
+    "               [--help for the limits]   # an OpenAI-compatible server: HTTP clients' requests\n"
     "  tandem sweep SWEEP.yaml [--out DIR] [-j N] [--keep-runs] [--force] [--quiet]   # a grid of knobs\n"
     "  tandem sweep plan SWEEP.yaml --out DIR | sweep run DIR --index I [--count K] [--stdout] | sweep collect DIR\n";
 
@@ -263,7 +266,7 @@ int dispatch(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   const std::vector<std::string> rest(argv + 2, argv + argc);
-  const std::string who = cmd == "worker" ? "tandem worker" : "tandem";
+  const std::string who = cmd == "worker" ? "tandem worker" : cmd == "serve" ? "tandem serve" : "tandem";
   try {
     if (cmd == "run" || cmd == "validate") return cmd_run(rest, cmd == "validate");
     if (cmd == "compare") {
@@ -279,6 +282,7 @@ int dispatch(int argc, char** argv) {
     if (cmd == "generate") return generate_command(rest);
     if (cmd == "sweep") return sweep_command(rest);
     if (cmd == "worker") return worker_command(rest, cuda_executor_factory());
+    if (cmd == "serve") return serve::serve_command(rest);
     if (cmd == "calibrate") {
       std::map<std::string, ExecutorFactory> backends;
       if (const ExecutorFactory* cuda = cuda_executor_factory()) backends["cuda"] = *cuda;
@@ -300,7 +304,8 @@ int dispatch(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     // A worker is a service, not a run: its errors (a port in use, a listener that failed) say so.
-    std::cerr << (cmd == "worker" ? "tandem worker: " : "tandem: run failed: ") << e.what() << "\n";
+    std::cerr << (cmd == "worker" ? "tandem worker: " : cmd == "serve" ? "tandem serve: " : "tandem: run failed: ")
+              << e.what() << "\n";
     return 1;
   }
 }

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace tandem {
 
@@ -42,6 +43,22 @@ void hash_prompt_blocks(const Request& r, const PromptTokens& tokens, int32_t bl
     for (const auto& run : runs)
       buf.insert(buf.end(), {run.key, uint64_t(uint32_t(run.first)) << 32 | uint32_t(run.length)});
     parent = from_xxh(XXH3_128bits(buf.data(), buf.size() * sizeof(uint64_t)));
+    out.push_back(parent);
+  }
+}
+
+void hash_token_blocks(std::span<const Token> prompt, int32_t block_size, const BlockHash& root,
+                       std::vector<BlockHash>& out) {
+  out.clear();
+  const size_t full = prompt.size() / size_t(block_size);
+  out.reserve(full);
+  std::vector<uint64_t> buf(2 + (size_t(block_size) + 1) / 2);
+  BlockHash parent = root;
+  for (size_t b = 0; b < full; ++b) {
+    buf[0] = parent.lo;
+    buf[1] = parent.hi;
+    std::memcpy(buf.data() + 2, prompt.data() + b * size_t(block_size), size_t(block_size) * sizeof(Token));
+    parent = from_xxh(XXH3_128bits(buf.data(), 2 * sizeof(uint64_t) + size_t(block_size) * sizeof(Token)));
     out.push_back(parent);
   }
 }

@@ -10,6 +10,7 @@
 // the model, its weights and vocabulary, so two models never share a block.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "policies/block_hash.h"
@@ -24,5 +25,10 @@ BlockHash root_block_hash(const Workload& w);
 // the first one holding the request's own ids on are kPrivateBlock (see policies/block_hash.h).
 void hash_prompt_blocks(const Request& r, const PromptTokens& tokens, int32_t block_size, const BlockHash& root,
                         std::vector<BlockHash>& out);
+
+// Prompts given as token ids (`tandem serve`'s clients): the same chain over the ids themselves,
+// h_i = XXH3-128(h_{i-1} || ids of block i); no block is private (any client may send it again).
+void hash_token_blocks(std::span<const Token> prompt, int32_t block_size, const BlockHash& root,
+                       std::vector<BlockHash>& out);
 
 }  // namespace tandem

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The include-layer check: a file may include project headers only from its own layer and the
-layers below it (core < policies < backend < {backend/cuda, sim} < the tandem executable).
+layers below it (core < policies < backend < {backend/cuda, sim} < serve < the tandem executable).
 The link-time check in meson.build sees calls upward; this one also sees header-only includes.
 
 Usage: layer_check.py SOURCE_DIR       check the tree; exit 1 listing every upward include
@@ -18,7 +18,8 @@ ALLOWED = {
     "backend": {"backend", "policies", "core"},
     "backend/cuda": {"backend/cuda", "backend", "policies", "core"},
     "sim": {"sim", "backend", "policies", "core"},
-    "main": {"sim", "backend/cuda", "backend", "policies", "core"},  # sim/main.cpp: the executable
+    "serve": {"serve", "sim", "backend", "policies", "core"},  # tandem serve's front end
+    "main": {"serve", "sim", "backend/cuda", "backend", "policies", "core"},  # sim/main.cpp: the executable
 }
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.M)
 
@@ -30,12 +31,12 @@ def layer_of(rel):
     if rel.startswith("backend/cuda/"):
         return "backend/cuda"
     top = rel.split("/", 1)[0]
-    return top if top in ("core", "policies", "backend", "sim") else None
+    return top if top in ("core", "policies", "backend", "sim", "serve") else None
 
 
 def check(root):
     problems = []
-    for top in ("core", "policies", "backend", "sim"):
+    for top in ("core", "policies", "backend", "sim", "serve"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for name in sorted(files):
                 if not name.endswith((".h", ".cpp", ".cu", ".cuh")):
@@ -75,7 +76,20 @@ def self_test():
         if len(found) != 1 or "policies/kv.h:2" not in found[0]:
             print(f"self-test: the planted upward include was not reported exactly once: {found}")
             return 1
-    print("self-test: a planted upward include is reported")
+        # serve/ sits above sim/: serve may include sim, sim may not include serve.
+        os.makedirs(os.path.join(d, "serve"))
+        with open(os.path.join(d, "serve", "frontend.h"), "w") as f:
+            f.write('#include "sim/engine.h"\n')
+        if len(check(d)) != 1:
+            print("self-test: serve including sim was reported")
+            return 1
+        with open(os.path.join(d, "sim", "engine.h"), "a") as f:
+            f.write('#include "serve/frontend.h"\n')  # sim reaching up into serve
+        found = check(d)
+        if len(found) != 2 or not any("sim/engine.h:3" in p for p in found):
+            print(f"self-test: sim including serve was not reported: {found}")
+            return 1
+    print("self-test: planted upward includes (policies -> sim, sim -> serve) are reported")
     return 0
 
 

@@ -176,6 +176,52 @@ requests: {count: 2, arrival: {process: burst}, prompt_len: 100, output_len: 100
   CHECK(e.requests()[1].generated == 0);
 }
 
+// tandem serve's open run: requests as Submit events into empty slots, prompts from the client,
+// the end after a Close; the table is cut to the slots used.
+TEST_CASE("an open run: Submit fills slots, Cancel and Close through the inbox, only used slots are outputs") {
+  const std::string y = R"(model: llama3-8b
+hardware: h200
+engine: {enable_prefix_caching: true}
+requests: {count: 1, arrival: {process: burst}, prompt_len: 1, output_len: 1}
+)";
+  Workload w = parse_workload(y, "open.yaml");
+  VirtualClock clock;
+  SimExecutor exec(make_cost_model(w.model, w.hardware, w.engine.tp));
+  RequestSet slots;
+  slots.requests.resize(5);
+  for (size_t i = 0; i < slots.requests.size(); ++i) {
+    slots.requests[i].id = ReqId(i);
+    slots.requests[i].arrival = kNever;
+  }
+  struct Prompts : client_prompts_i {
+    std::vector<std::vector<Token>> p{std::vector<Token>(40, 7), std::vector<Token>(40, 7), std::vector<Token>(20, 3)};
+    std::span<const Token> prompt(ReqId id) const override { return p[size_t(id)]; }
+  } prompts;
+  struct Tokens : run_observer_i {
+    std::map<ReqId, int> tokens;
+    int done = 0;
+    void on_token(const Request& r, Time) override { ++tokens[r.id]; }
+    void on_request_done(const Request&) override { ++done; }
+  } seen;
+  Engine e(w, std::move(slots), exec, clock);
+  e.open_arrivals(&prompts);
+  e.add_observer(&seen);
+  e.inbox().post(Submit{0, 40, 5});
+  e.inbox().post(Submit{1, 40, 3});
+  e.inbox().post(Submit{2, 20, 1000});
+  e.inbox().post(Cancel{2});
+  e.inbox().post(Close{});
+  const Summary s = e.run();
+  REQUIRE(e.requests().size() == 3);  // slots 3 and 4 were never used: not part of the run
+  CHECK(s.finished == 2);
+  CHECK(s.cancelled == 1);
+  CHECK(seen.tokens[0] == 5);
+  CHECK(seen.tokens[1] == 3);
+  CHECK(seen.tokens.count(2) == 0);
+  CHECK(seen.done == 3);
+  CHECK(e.requests()[0].prompt_len == 40);
+}
+
 TEST_CASE(
     "property: 300 random workloads, chunked and not, held + reserved <= capacity at every step, no request lost") {
   int64_t total_steps = 0, finished = 0, failed = 0, cancelled = 0, chunked_runs = 0, cancelled_mid_prompt = 0;

@@ -1,0 +1,62 @@
+#include "serve/metrics_text.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::serve {
+
+namespace {
+void metric(std::string& out, const char* name, const char* type, const char* help, const std::string& labels,
+            double value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{{{}}} {}\n", name, help, name, type, name, labels, value);
+}
+
+void histogram(std::string& out, const char* name, const char* help, const std::string& labels,
+               const LiveStats::Histogram& h) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  int64_t cumulative = 0;
+  for (size_t i = 0; i < h.counts.size(); ++i) {
+    cumulative += h.counts[i];
+    const std::string le = i < h.bounds.size() ? fmt::format("{}", h.bounds[i]) : "+Inf";
+    out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, le, cumulative);
+  }
+  out += fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, labels, h.sum, name, labels, h.count);
+}
+}  // namespace
+
+std::string metrics_text(LiveStats& s, const std::string& model) {
+  // A label value is a JSON-like quoted string: the model name escaped as JSON escapes it.
+  const std::string labels = "model_name=" + nlohmann::json(model).dump();
+  std::string out;
+  metric(out, "vllm:num_requests_running", "gauge", "Requests in the running batches.", labels, double(s.running));
+  metric(out, "vllm:num_requests_waiting", "gauge", "Requests waiting to be scheduled.", labels, double(s.waiting));
+  metric(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage (1 = full), the fullest instance.", labels,
+         s.kv_usage.load());
+  metric(out, "vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage (1 = full); vLLM's older name.", labels,
+         s.kv_usage.load());
+  std::lock_guard lock(s.mu);
+  metric(out, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", labels,
+         double(s.prefix_queries));
+  metric(out, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", labels,
+         double(s.prefix_hits));
+  metric(out, "vllm:prompt_tokens_total", "counter", "Prompt tokens of the requests scheduled.", labels,
+         double(s.prompt_tokens));
+  metric(out, "vllm:generation_tokens_total", "counter", "Tokens generated.", labels, double(s.generation_tokens));
+  metric(out, "vllm:request_success_total", "counter", "Requests finished (tandem ignores EOS: all by length).",
+         labels + ",finished_reason=\"length\"", double(s.finished));
+  metric(out, "tandem:requests_cancelled_total", "counter", "Requests cancelled (a client left, or a shutdown).",
+         labels, double(s.cancelled));
+  metric(out, "tandem:requests_failed_total", "counter", "Requests failed, with a reason.", labels, double(s.failed));
+  metric(out, "tandem:kv_transfers_total", "counter", "KV transfers from prefill to decode (PD).", labels,
+         double(s.transfers));
+  metric(out, "tandem:kv_transfer_bytes_total", "counter", "KV bytes moved from prefill to decode (PD).", labels,
+         double(s.transfer_bytes));
+  histogram(out, "vllm:time_to_first_token_seconds", "Time to first token.", labels, s.ttft);
+  histogram(out, "vllm:inter_token_latency_seconds", "Time between two tokens of a request.", labels, s.itl);
+  histogram(out, "vllm:e2e_request_latency_seconds", "A finished request's time from arrival to its end.", labels,
+            s.e2e);
+  return out;
+}
+
+}  // namespace tandem::serve

@@ -1,0 +1,154 @@
+// The engine side of tandem serve: the workload's instances, executors and channel (wired by
+// make_run_executors, as `tandem run` does), an Engine in an open run (Engine::open_arrivals)
+// under the wall clock on a thread of its own, and the two ways between it and the HTTP thread:
+//   HTTP -> engine  submit / cancel / close post Submit, Cancel and Close into the engine's inbox
+//                   (a post wakes the loop's wall-clock wait); a prompt's ids are written into its
+//                   slot before its Submit is posted, and read on the loop's thread after
+//   engine -> HTTP  the observer (loop thread) appends Notes to the Outbox: a token, or the end of
+//                   a request; the first note into an empty outbox calls `wake` (the HTTP side
+//                   posts one drain onto its io_context), so a step's tokens cost one wake-up
+// With --backend sim every step takes the cost model's time: the loop waits on the wall clock
+// until the step's modelled end, so clients see the workload's hardware, not this machine.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sim/clock.h"
+#include "sim/engine.h"
+#include "sim/executors.h"
+#include "sim/outputs.h"
+#include "sim/threaded_executor.h"
+
+namespace tandem::serve {
+
+struct Note {
+  enum class Kind : uint8_t { Token, End } kind;
+  RequestStatus status = RequestStatus::Running;  // End: finished, cancelled or failed
+  FailReason reason = FailReason::None;
+  ReqId id;
+  Token token = 0;
+  Time at = 0;  // the engine's instant (ns since the run's start)
+};
+
+class Outbox {
+ public:
+  explicit Outbox(std::function<void()> wake) : wake_(std::move(wake)) {}
+  void push(const Note& n) {
+    bool was_empty;
+    {
+      std::lock_guard lock(mu_);
+      was_empty = notes_.empty();
+      notes_.push_back(n);
+    }
+    if (was_empty) wake_();
+  }
+  // Everything pushed so far, in order (the HTTP thread).
+  void take(std::vector<Note>& out) {
+    out.clear();
+    std::lock_guard lock(mu_);
+    out.swap(notes_);
+  }
+
+ private:
+  std::function<void()> wake_;
+  std::mutex mu_;
+  std::vector<Note> notes_;
+};
+
+// What /metrics shows, updated on the loop's thread, read on the HTTP thread.
+struct LiveStats {
+  std::atomic<int64_t> running{0}, waiting{0};
+  std::atomic<double> kv_usage{0};
+  std::mutex mu;  // guards the rest
+  int64_t finished = 0, cancelled = 0, failed = 0, prompt_tokens = 0, generation_tokens = 0;
+  int64_t prefix_queries = 0, prefix_hits = 0;  // tokens, as vLLM's prefix_cache_{queries,hits}
+  int64_t transfers = 0, transfer_bytes = 0;
+  struct Histogram {
+    std::vector<double> bounds;   // seconds
+    std::vector<int64_t> counts;  // counts[i]: observations <= bounds[i]; last: +Inf
+    double sum = 0;
+    int64_t count = 0;
+    explicit Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size() + 1) {}
+    void add(double v);
+  };
+  Histogram ttft, itl, e2e;
+  LiveStats();
+};
+
+struct ServeOptions {
+  std::string backend = "sim";
+  int threads = 0;
+  int32_t max_requests = 100000;  // request slots of the run (each used once)
+  std::optional<std::string> out;
+  TraceDetail trace = TraceDetail::Full;
+};
+
+class ServedRun final : public run_observer_i, public client_prompts_i {
+ public:
+  // Builds the executors (warmed up) and the engine; throws InputError on a workload it cannot serve.
+  ServedRun(Workload& w, const ServeOptions& o);
+  ~ServedRun() override;
+  ServedRun(const ServedRun&) = delete;
+  ServedRun& operator=(const ServedRun&) = delete;
+
+  // The HTTP thread's side. submit: the slot, or -1 when every slot has been used.
+  ReqId submit(std::vector<Token> prompt, int32_t max_output);
+  void cancel(ReqId id) { engine_->inbox().post(Cancel{id}); }
+  void close() { engine_->inbox().post(Close{}); }
+  void set_outbox(Outbox* o) { outbox_ = o; }
+  LiveStats& stats() { return stats_; }
+  const Workload& workload() const { return w_; }
+  // Makes the engine under a fresh wall clock and runs it on its thread; `done` is called there when the run has ended.
+  void start(std::function<void()> done);
+  // After `done`: the summary, the outputs written (--out); waits for the thread.
+  Summary finish();
+  // After finish(): the requests served, by slot (ids 0 .. n-1).
+  const std::vector<Request>& served() const { return engine_->requests(); }
+  // The engine's clock, for the front end's timestamps (ns since the run's start; after start()).
+  Time now() const { return clock_->now(); }
+  // The run's time 0 on steady_clock (CLOCK_MONOTONIC, ns): another process's receipt instants
+  // compare with the engine's (the front-end benchmark, --chunk-timestamps).
+  int64_t start_steady_ns() const { return start_steady_ns_; }
+
+  // run_observer_i and client_prompts_i: the loop's thread.
+  void on_step(const StepRecord& r) override;
+  void on_token(const Request& r, Time at) override;
+  void on_request_done(const Request& r) override;
+  std::span<const Token> prompt(ReqId id) const override { return prompts_[size_t(id)]; }
+
+ private:
+  Workload& w_;
+  ServeOptions o_;
+  RunExecutors run_;
+  std::vector<std::unique_ptr<ThreadedExecutor>> threaded_;
+  std::unique_ptr<WallClock> clock_;
+  int64_t start_steady_ns_ = 0;  // made at start(): the run's time 0 is after the warm-up
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<RunOutputs> outputs_;
+  Outbox* outbox_ = nullptr;
+  LiveStats stats_;
+  std::vector<std::vector<Token>> prompts_;  // by slot: written by submit, freed when the request leaves
+  struct Delivered {
+    int32_t tokens = 0;      // handed to the outbox
+    Time last = 0;           // the last one's instant
+    bool scheduled = false;  // a step has taken it
+  };
+  std::vector<Delivered> delivered_;   // by slot (loop thread)
+  std::vector<double> kv_use_;         // by instance, from its last step
+  std::atomic<int64_t> num_alive_{0};  // submitted (HTTP thread) and not ended (loop thread)
+  int64_t num_scheduled_alive_ = 0;    // loop thread
+  void publish_counts();
+  ReqId next_slot_ = 0;  // HTTP thread
+  std::thread thread_;
+  Summary summary_;
+  std::string error_;
+};
+
+}  // namespace tandem::serve

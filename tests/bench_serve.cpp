@@ -1,0 +1,202 @@
+// The front-end benchmark of tandem serve (a benchmark, not a test): starts
+// `tandem serve WORKLOAD --backend sim --chunk-timestamps` on a free loopback port, then for each
+// concurrency N opens N connections at once, each streaming one completion of --max-tokens tokens,
+// and reports the streamed tokens per second (all chunks received over the time from the first
+// request sent to the last chunk received) and the added latency per chunk: its receipt here
+// minus the engine instant it was emitted at (the server's `: t=` comment, CLOCK_MONOTONIC ns on
+// both sides), p50 and p99. The client is one Asio thread; the machine's load is printed beside.
+//   bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N]
+#include <fmt/format.h>
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange unincluded
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <algorithm>
+#include <array>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+int64_t mono_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+struct Stats {
+  int64_t tokens = 0, done = 0, failed = 0;
+  int64_t first_sent = 0, last_chunk = 0;
+  std::vector<int64_t> added_ns;
+};
+
+class Stream : public std::enable_shared_from_this<Stream> {
+ public:
+  Stream(asio::io_context& io, Stats& st, std::string request) : sock_(io), st_(st), req_(std::move(request)) {}
+  void start(const tcp::endpoint& ep) {
+    sock_.async_connect(ep, [self = shared_from_this()](boost::system::error_code ec) {
+      if (ec) return self->fail();
+      self->sock_.set_option(tcp::no_delay(true));
+      if (self->st_.first_sent == 0) self->st_.first_sent = mono_ns();
+      asio::async_write(self->sock_, asio::buffer(self->req_), [self](boost::system::error_code e, size_t) {
+        if (e) return self->fail();
+        self->read();
+      });
+    });
+  }
+
+ private:
+  void read() {
+    sock_.async_read_some(asio::buffer(buf_), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+      const int64_t now = mono_ns();
+      if (n) self->parse(std::string_view(self->buf_.data(), n), now);
+      if (ec) {
+        if (!self->finished_) self->fail();
+        return;
+      }
+      self->read();
+    });
+  }
+  void parse(std::string_view data, int64_t now) {
+    line_.append(data);
+    size_t start = 0;
+    for (size_t nl; (nl = line_.find('\n', start)) != std::string::npos; start = nl + 1) {
+      const std::string_view l(line_.data() + start, nl - start);
+      if (l.starts_with(": t=")) {
+        st_.added_ns.push_back(now - std::stoll(std::string(l.substr(4))));
+      } else if (l.starts_with("data: [DONE]")) {
+        finished_ = true;
+        ++st_.done;
+      } else if (l.starts_with("data: {")) {
+        ++st_.tokens;
+        st_.last_chunk = now;
+      }
+    }
+    line_.erase(0, start);
+  }
+  void fail() {
+    if (!finished_) ++st_.failed;
+    finished_ = true;
+  }
+
+  tcp::socket sock_;
+  Stats& st_;
+  std::string req_;
+  std::array<char, 16384> buf_{};
+  std::string line_;
+  bool finished_ = false;
+};
+
+double pct(std::vector<int64_t>& v, double p) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, size_t(p / 100 * double(v.size())));
+  std::nth_element(v.begin(), v.begin() + long(k), v.end());
+  return double(v[k]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr,
+                 "usage: bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N]\n");
+    return 2;
+  }
+  std::vector<int> streams = {64, 256, 1024};
+  int max_tokens = 200, prompt_len = 32;
+  for (int i = 3; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--streams") {
+      streams.clear();
+      std::stringstream ss(v);
+      for (std::string x; std::getline(ss, x, ',');) streams.push_back(std::stoi(x));
+    } else if (k == "--max-tokens") {
+      max_tokens = std::stoi(v);
+    } else if (k == "--prompt-len") {
+      prompt_len = std::stoi(v);
+    }
+  }
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+  // The server, its stderr read for the port.
+  int err_pipe[2];
+  if (pipe(err_pipe) != 0) return 1;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(err_pipe[1], 2);
+    close(err_pipe[0]);
+    execl(argv[1], argv[1], "serve", argv[2], "--backend", "sim", "--listen", "127.0.0.1:0", "--chunk-timestamps",
+          "--max-queue", "100000", "--drain-s", "0", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(err_pipe[1]);
+  FILE* err = fdopen(err_pipe[0], "r");
+  int port = 0;
+  char line[1024];
+  while (fgets(line, sizeof line, err)) {
+    std::fputs(line, stderr);
+    if (const char* p = std::strstr(line, "listening on http://")) {
+      port = std::atoi(std::strrchr(p, ':') + 1);
+      break;
+    }
+  }
+  if (port == 0) {
+    std::fprintf(stderr, "bench_serve: the server did not start\n");
+    return 1;
+  }
+  std::string prompt = "[";
+  for (int i = 0; i < prompt_len; ++i) prompt += fmt::format("{}{}", i ? "," : "", 1000 + i);
+  prompt += "]";
+  std::printf("tandem serve front-end benchmark: %s, --backend sim, %d tokens a stream, prompt %d tokens\n", argv[2],
+              max_tokens, prompt_len);
+  std::printf("%8s %10s %12s %14s %14s %8s  %s\n", "streams", "tokens", "tokens/s", "added p50 ms", "added p99 ms",
+              "failed", "load (1/5/15 min)");
+  int rc = 0;
+  for (int n : streams) {
+    asio::io_context io;
+    Stats st;
+    const tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), uint16_t(port));
+    for (int i = 0; i < n; ++i) {
+      // Each its own prompt (no prefix hits across streams).
+      const std::string body = fmt::format(R"({{"prompt":[{}{}],"max_tokens":{},"stream":true}})", 7 + i,
+                                           "," + prompt.substr(1, prompt.size() - 2), max_tokens);
+      const std::string req = fmt::format(
+          "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+          body.size(), body);
+      std::make_shared<Stream>(io, st, req)->start(ep);
+    }
+    io.run();
+    const double secs = double(st.last_chunk - st.first_sent) * 1e-9;
+    std::printf("%8d %10lld %12.0f %14.3f %14.3f %8lld  %s\n", n, static_cast<long long>(st.tokens),
+                secs > 0 ? double(st.tokens) / secs : 0.0, pct(st.added_ns, 50) * 1e-6, pct(st.added_ns, 99) * 1e-6,
+                static_cast<long long>(st.failed), loadavg().c_str());
+    std::fflush(stdout);
+    if (st.failed > 0 || st.tokens != int64_t(n) * max_tokens) rc = 1;
+  }
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return rc;
+}
