@@ -12,18 +12,19 @@
 namespace tandem {
 
 namespace {
-// Before a decode worker is started or reached: its steps run in real time.
-void check_clock_for_worker(const Workload& w, const RunSetupOptions& o) {
+// Checked before a decode worker is started or reached: its steps run in real time.
+Workload with_clock_for_worker(Workload w, const RunSetupOptions& o) {
   if (o.clock == "virtual" && o.backend != "sim" && w.disaggregation.enabled &&
       channel_kind(w.disaggregation.channel.kind).remote_decode)
     throw InputError(
         fmt::format("--clock virtual: the {} channel's decode worker runs in real time; use the wall clock",
                     w.disaggregation.channel.kind));
+  return w;
 }
 }  // namespace
 
 RunSetup::RunSetup(Workload w, const RunSetupOptions& o)
-    : workload((check_clock_for_worker(w, o), std::move(w))),
+    : workload(with_clock_for_worker(std::move(w), o)),
       specs(instance_specs(workload)),
       exec(make_run_executors(workload, specs, o.backend, o.cuda, o.threads, o.channels)),
       options_(o) {

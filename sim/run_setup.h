@@ -22,6 +22,7 @@
 
 namespace tandem {
 
+// Every field has a default, so that a caller names only what it sets ({.backend = "cpu"}).
 struct RunSetupOptions {
   std::string backend = "sim";            // sim, cpu or cuda
   std::string clock = {};                 // wall or virtual; empty: virtual for the cost model, wall for a real backend
