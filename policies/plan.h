@@ -48,6 +48,13 @@ struct StepPlan {
   bool empty() const { return seqs.empty(); }
 };
 
+// The prompt length of a seq known only by its context and its new tokens (reference steps,
+// benchmarks and tests build such plans): one new token after a context is a decode (its prompt
+// was the context), anything else a prompt, or a prompt's chunk that ends it. For StepPlan::add.
+inline int32_t implied_prompt_len(int32_t num_computed_before, int32_t num_tokens) {
+  return num_tokens == 1 && num_computed_before > 0 ? num_computed_before : num_computed_before + num_tokens;
+}
+
 // Where a step's time went (cost models fill it; real backends may leave it zero). Seconds.
 struct StepCost {
   double gemm_s = 0;       // linear layers and LM head

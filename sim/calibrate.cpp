@@ -172,8 +172,7 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
       if (ww.model.name != w.model.name)
         throw InputError(
             fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, ww.model.name, w.model.name));
-      std::unique_ptr<executor_i> exec = executor_for(ww, factory);
-      ServedRun run = serve(ww, *exec, &predictor);
+      ServedRun run = serve(std::move(ww), factory, &predictor);
       served.insert(served.end(), run.steps.begin(), run.steps.end());
       loop_gap = std::max(loop_gap, run.loop_gap_s);
     }
@@ -226,8 +225,7 @@ int calibrate_linear(const std::string& backend, const std::vector<std::string>&
       throw InputError(fmt::format("calibrate: {} uses model '{}', the others '{}'", wl, w.model.name, m.name));
     m = w.model;
     memory_gb = backend == "cpu" ? physical_memory_bytes() / 1e9 : w.hardware.memory_bytes / 1e9;
-    std::unique_ptr<executor_i> exec = executor_for(w, fac);
-    ServedRun run = serve(w, *exec, nullptr);
+    ServedRun run = serve(w, fac, nullptr);
     points.insert(points.end(), run.points.begin(), run.points.end());
     names.append(names.empty() ? "" : ", ").append(wl);
   }

@@ -15,6 +15,7 @@
 #include "sim/csv.h"
 #include "sim/host_probe.h"
 #include "sim/inbox.h"
+#include "sim/run_setup.h"
 #include "sim/workload_gen.h"
 
 namespace tandem {
@@ -129,16 +130,19 @@ int calibrate_channel(const std::string& workload, const std::vector<Override>& 
                       bool accept_noisy) {
   std::vector<Override> overrides = sets;
   overrides.push_back({"disaggregation.enabled", "true"});
-  Workload w = load_workload(workload, overrides);
-  const std::string kind = w.disaggregation.channel.kind;
+  Workload loaded = load_workload(workload, overrides);
+  const std::string kind = loaded.disaggregation.channel.kind;
   if (backend == "sim" || !channel_kind(kind).moves_kv)
     throw InputError(
         fmt::format("calibrate --channel measures a real channel: --backend cpu or cuda, channel kind {}",
                     channel_kind_names([](const ChannelKind& k) { return k.moves_kv; }, " or ")));
-  RunExecutors run = make_run_executors(w, backend, cuda, threads);
+  // Set up as a run (sim/run_setup.h), without an engine: the blocks are moved here, by hand.
+  RunSetup setup(std::move(loaded), {.backend = backend, .threads = threads, .cuda = cuda});
+  const Workload& w = setup.workload;
+  RunExecutors& run = setup.exec;
+  const std::vector<InstanceSpec>& specs = setup.specs;
   Inbox inbox;
   if (run.remote) run.remote->attach(inbox);
-  const std::vector<InstanceSpec> specs = instance_specs(w);
   // Sizes up to the workload's longest prompt (what its transfers move), within a quarter of the
   // smaller cache.
   int32_t longest = 1;

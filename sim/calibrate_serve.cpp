@@ -4,8 +4,7 @@
 
 #include <algorithm>
 
-#include "sim/clock.h"
-#include "sim/engine.h"
+#include "sim/run_setup.h"
 
 namespace tandem {
 
@@ -14,10 +13,10 @@ std::unique_ptr<executor_i> executor_for(Workload& w, const ExecutorFactory* fac
   return make_executor(w, factory ? "cuda" : "cpu", factory);
 }
 
-ServedRun serve(Workload& w, executor_i& exec, const cost_model_i* predictor) {
-  warm_up(exec, warm_up_shape(w));
-  WallClock clock;
-  Engine e(w, generate_requests(w), exec, clock);
+ServedRun serve(Workload workload, const ExecutorFactory* factory, const cost_model_i* predictor) {
+  RunSetup setup(std::move(workload), {.backend = factory ? "cuda" : "cpu", .clock = "wall", .cuda = factory});
+  const Workload& w = setup.workload;
+  Engine& e = setup.start(generate_requests(w));
   struct Collect : run_observer_i {
     const cost_model_i* predictor = nullptr;
     ServedRun run;

@@ -18,7 +18,9 @@ struct ServedRun {
 
 // A backend's factory is given for cuda only; cpu is built here.
 std::unique_ptr<executor_i> executor_for(Workload& w, const ExecutorFactory* factory);
-// The backend warms up first. With `predictor`, each step's prediction is kept too.
-ServedRun serve(Workload& w, executor_i& exec, const cost_model_i* predictor);
+// The workload served on the backend of `factory` (none: cpu) under the wall clock, set up as
+// `tandem run` sets up a run (sim/run_setup.h), warm-up first. With `predictor`, each step's
+// prediction is kept too.
+ServedRun serve(Workload w, const ExecutorFactory* factory, const cost_model_i* predictor);
 
 }  // namespace tandem

@@ -407,11 +407,10 @@ std::string reference_steps(const Workload& w, const std::string& whose = "") {
   const auto model = make_cost_model(w.model, w.hardware, w.engine.tp);
   const int32_t len = w.model.max_model_len, max_seqs = w.engine.max_num_seqs;
   const int32_t max_tokens = w.engine.max_num_batched_tokens;
-  // (context before, new tokens); one new token after a context is a decode (its prompt was
-  // the context), anything else a prompt or a prompt's chunk.
+  // (context before, new tokens): a decode or a prompt's chunk, as implied_prompt_len says.
   const auto ms = [&](std::vector<std::pair<int32_t, int32_t>> seqs) {
     StepPlan p;
-    for (auto [c0, n] : seqs) p.add({ReqId(p.seqs.size()), n, c0, true, {}}, n == 1 && c0 > 0 ? c0 : c0 + n);
+    for (auto [c0, n] : seqs) p.add({ReqId(p.seqs.size()), n, c0, true, {}}, implied_prompt_len(c0, n));
     return model->estimate(p).total_s() * 1e3;
   };
   const int32_t ctx = std::min(1024, len - 1), big = std::min(32, max_seqs), pre = std::min({512, max_tokens, len});

@@ -10,19 +10,23 @@
 namespace tandem {
 
 Engine::Engine(const Workload& w, RequestSet requests, executor_i& executor, clock_i& clock)
-    : Engine(w, std::move(requests), std::vector<executor_i*>(instance_specs(w).size(), &executor), clock) {}
+    : Engine(w, instance_specs(w), std::move(requests), executor, clock) {}
 
-Engine::Engine(const Workload& w, RequestSet requests, std::span<executor_i* const> executors, clock_i& clock,
-               kv_channel_i* channel)
+Engine::Engine(const Workload& w, const std::vector<InstanceSpec>& specs, RequestSet requests, executor_i& executor,
+               clock_i& clock)
+    : Engine(w, specs, std::move(requests), std::vector<executor_i*>(specs.size(), &executor), clock) {}
+
+Engine::Engine(const Workload& w, std::vector<InstanceSpec> specs, RequestSet requests,
+               std::span<executor_i* const> executors, clock_i& clock, kv_channel_i* channel)
     : w_(w),
+      specs_(std::move(specs)),
       requests_(std::move(requests)),
       clock_(clock),
       prompt_tokens_(w.seed, w.model.vocab, requests_),
       hash_root_(root_block_hash(w)) {
-  const std::vector<InstanceSpec> specs = instance_specs(w);
-  if (executors.size() != specs.size())
-    throw std::logic_error(fmt::format("Engine: {} executors for {} instances", executors.size(), specs.size()));
-  for (const InstanceSpec& s : specs) {
+  if (executors.size() != specs_.size())
+    throw std::logic_error(fmt::format("Engine: {} executors for {} instances", executors.size(), specs_.size()));
+  for (const InstanceSpec& s : specs_) {
     const KvCacheShape kv{s.engine.resolved_kv_blocks, s.engine.block_size, s.engine.state_slots};
     instances_.push_back(
         std::make_unique<Instance>(s.id, s.scheduler, kv, requests_.requests, *executors[size_t(s.id)]));
@@ -81,9 +85,8 @@ Summary Engine::run() {
 
 RunLayout Engine::layout() const {
   RunLayout l;
-  const std::vector<InstanceSpec> specs = instance_specs(w_);
   for (const auto& in : instances_) {
-    const EngineSpec& e = specs[size_t(in->id)].engine;
+    const EngineSpec& e = specs_[size_t(in->id)].engine;
     const std::string backend = in->executor.name();
     const size_t at = backend.find('@');  // a decode worker: BACKEND@HOST:PORT, its devices its own
     const std::string kind = backend.substr(0, at);
@@ -301,10 +304,9 @@ void Engine::check_step_result(const Instance& in, const StepPlan& plan) const {
         "too "
         "slow for this workload's {} requests ({})",
         num_steps_, to_seconds(now_), to_seconds(res.elapsed), kMaxTimeSeconds, requests_.requests.size(),
-        in.executor.simulated() ? make_cost_model(w_.model, instance_specs(w_)[size_t(in.id)].hardware,
-                                                  instance_specs(w_)[size_t(in.id)].engine.tp)
-                                      ->inputs()
-                                : "measured steps"));
+        in.executor.simulated()
+            ? make_cost_model(w_.model, specs_[size_t(in.id)].hardware, specs_[size_t(in.id)].engine.tp)->inputs()
+            : "measured steps"));
 }
 
 void Engine::record_step(Instance& in, const StepPlan& plan) {

@@ -51,11 +51,12 @@ class client_prompts_i {
 
 class Engine final : private loop_i {
  public:
-  // One executor per instance of instance_specs(w) (a simulated executor may serve them all),
-  // and the KV channel when the workload separates prefill and decode (null: the sim channel
-  // priced from the workload).
-  Engine(const Workload& w, RequestSet requests, std::span<executor_i* const> executors, clock_i& clock,
-         kv_channel_i* channel = nullptr);
+  // The instances `specs` (instance_specs(w), computed once by the run's set-up, sim/run_setup.h),
+  // one executor per instance, and the KV channel when the workload separates prefill and decode
+  // (null: the sim channel priced from the workload).
+  Engine(const Workload& w, std::vector<InstanceSpec> specs, RequestSet requests,
+         std::span<executor_i* const> executors, clock_i& clock, kv_channel_i* channel = nullptr);
+  // Tests: one executor serves every instance of instance_specs(w) (a simulated one may).
   Engine(const Workload& w, RequestSet requests, executor_i& executor, clock_i& clock);
   Engine(const Engine&) = delete;  // its topology holds it as its loop
   Engine& operator=(const Engine&) = delete;
@@ -86,6 +87,8 @@ class Engine final : private loop_i {
   RunLayout layout() const;
 
  private:
+  Engine(const Workload& w, const std::vector<InstanceSpec>& specs, RequestSet requests, executor_i& executor,
+         clock_i& clock);
   void on(const Arrival& e);
   void on(const StepDone& e);
   void on(const Cancel& e);
@@ -113,7 +116,6 @@ class Engine final : private loop_i {
 
   // loop_i: what the topology may ask of the loop.
   Time now() const override { return now_; }
-  Time clock_now() const override { return clock_.now(); }
   void post(Time at, Event e) override { events_.post(at, std::move(e)); }
   Request& request(ReqId id) override { return requests_.requests[size_t(id)]; }
   void await_transfer(uint64_t ticket) override;
@@ -121,6 +123,7 @@ class Engine final : private loop_i {
   void token_to_client(Request& r) override { token_reached_client(r, now_); }
 
   const Workload& w_;
+  const std::vector<InstanceSpec> specs_;  // by instance id
   RequestSet requests_;
   clock_i& clock_;
   std::vector<std::unique_ptr<Instance>> instances_;  // by id; pointers, so an instance never moves

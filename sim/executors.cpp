@@ -53,7 +53,7 @@ namespace {
 // before any is built (each alone may fit where all do not): those of this process (1P1D over
 // copy, data-parallel replicas), and a decode worker this process starts itself, on loopback.
 // A worker at channel.peer checks its own process.
-void check_cpu_run_memory(const Workload& w, const std::vector<InstanceSpec>& specs, bool remote_decode) {
+void check_cpu_run_memory(const Workload& w, std::span<const InstanceSpec> specs, bool remote_decode) {
   if (specs.size() < 2) return;  // make_cpu_executor checks a lone instance, naming its knobs
   std::vector<cpu::CpuMemoryNeed> parts;
   for (const InstanceSpec& in : specs) {
@@ -67,10 +67,9 @@ void check_cpu_run_memory(const Workload& w, const std::vector<InstanceSpec>& sp
 }
 }  // namespace
 
-RunExecutors make_run_executors(Workload& w, const std::string& backend, const ExecutorFactory* cuda, int threads,
-                                const ChannelFactory* channels) {
+RunExecutors make_run_executors(Workload& w, std::span<const InstanceSpec> specs, const std::string& backend,
+                                const ExecutorFactory* cuda, int threads, const ChannelFactory* channels) {
   RunExecutors r;
-  const std::vector<InstanceSpec> specs = instance_specs(w);
   const ChannelKind* kind = w.disaggregation.enabled ? &channel_kind(w.disaggregation.channel.kind) : nullptr;
   const bool remote_decode = kind && backend != "sim" && kind->remote_decode;
   if (backend == "cpu") check_cpu_run_memory(w, specs, remote_decode);

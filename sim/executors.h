@@ -5,6 +5,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backend/cpu/cpu_executor.h"
@@ -30,9 +31,10 @@ cuda::CudaExecutorOptions cuda_executor_options(const EngineSpec& e);
 std::unique_ptr<executor_i> make_executor(Workload& w, const std::string& backend,
                                           const ExecutorFactory* cuda = nullptr);
 
-// The executors of a run's instances (instance_specs: one, data_parallel replicas, or prefill +
-// decode), each built from its instance's engine section, and the KV channel between prefill and
-// decode (null: none, or the simulated backend, where the engine prices the sim channel).
+// The executors of a run's instances (`specs`, instance_specs(w): one, data_parallel replicas, or
+// prefill + decode), each built from its instance's engine section, and the KV channel between
+// prefill and decode (null: none, or the simulated backend, where the engine prices the sim
+// channel). A run is set up through RunSetup (sim/run_setup.h), which calls this.
 // The tcp channel's decode instance lives in a worker process (`remote`); attach it to the
 // engine's inbox once the engine exists, and detach it before the engine goes.
 struct RunExecutors {
@@ -50,8 +52,9 @@ using ChannelFactory =
 // `threads`: the CPU backend's threads, passed on to a decode worker this starts. `channels`: a
 // CUDA build's channel factory, asked first; without one (or when it has none), copy moves
 // blocks through host memory (CopyChannel).
-RunExecutors make_run_executors(Workload& w, const std::string& backend, const ExecutorFactory* cuda = nullptr,
-                                int threads = 0, const ChannelFactory* channels = nullptr);
+RunExecutors make_run_executors(Workload& w, std::span<const InstanceSpec> specs, const std::string& backend,
+                                const ExecutorFactory* cuda = nullptr, int threads = 0,
+                                const ChannelFactory* channels = nullptr);
 
 // The CUDA backend's factories, bound to its loadable module (backend/cuda_module.h); null in a
 // build without the module, where make_executor and the commands say the build has none. The

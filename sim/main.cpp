@@ -11,25 +11,21 @@
 #include <memory>
 #include <optional>
 
-#include "backend/cost_model.h"
 #include "backend/cpu/cpu_executor.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cuda_module.h"
-#include "backend/warmup.h"
 #include "serve/serve_command.h"
 #include "sim/calibrate.h"
 #include "sim/compare.h"
 #include "sim/config.h"
 #include "sim/worker_server.h"
-#include "backend/transfer/channel_kind.h"
-#include "sim/engine.h"
 #include "sim/executors.h"
 #include "sim/generate.h"
 #include "sim/host_probe.h"
 #include "sim/outputs.h"
 #include "sim/prefix_bound.h"
+#include "sim/run_setup.h"
 #include "sim/sweep.h"
-#include "sim/threaded_executor.h"
 
 namespace po = boost::program_options;
 using namespace tandem;
@@ -87,93 +83,28 @@ struct RunOptions {
   bool quiet = false;
 };
 
-// The threads a measured run computes on at once: each instance's (the CPU backend's threads,
-// at least one per TP rank; a GPU instance's host thread), summed when the instances overlap
-// (several under the wall clock, a child decode worker included), else the largest. A decode
-// worker at `peer` is not this run's: it computes on its own host's cores (on this host, its CPU
-// time reads as other work's; README, "Measured under contention").
-int32_t measuring_threads(const Workload& w, const RunExecutors& run, const std::string& backend, bool wall,
-                          const std::vector<InstanceSpec>& specs) {
-  const bool decode_at_peer = w.disaggregation.enabled && !w.disaggregation.channel.peer.empty();
-  int32_t sum = 0, most = 0;
-  for (const InstanceSpec& in : specs) {
-    if (decode_at_peer && in.role == InstanceRole::Decode) continue;
-    const int32_t t = backend == "cpu" ? std::max(cpu::threads(), int32_t(in.engine.tp)) : 1;
-    sum += t;
-    most = std::max(most, t);
-  }
-  return wall && run.executors.size() > 1 ? sum : most;
-}
-
-// `tandem run`: the executor, the clock and the engine with its observers, wired for one run.
-int run_workload(Workload& w, const RunOptions& o) {
+// `tandem run`: the run set up from the workload (sim/run_setup.h), its requests from the
+// workload's `requests:` section, and the engine run with progress, conditions and the summary.
+int run_workload(Workload w, const RunOptions& o) {
   if (o.backend == "cpu") cpu::set_threads(o.threads);
-  // Before a decode worker is started or reached: its steps run in real time.
-  if (o.clock == "virtual" && o.backend != "sim" && w.disaggregation.enabled &&
-      channel_kind(w.disaggregation.channel.kind).remote_decode)
-    throw InputError(fmt::format("--clock virtual: the {} channel's decode worker runs in real time; use the wall clock",
-                                 w.disaggregation.channel.kind));
-  RunExecutors run = make_run_executors(w, o.backend, cuda_executor_factory(), o.threads, cuda_channel_factory());
-  const std::string clock_name = !o.clock.empty() ? o.clock : run.simulated() ? "virtual" : "wall";
-  if (clock_name != "wall" && clock_name != "virtual")
-    throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
-  if (clock_name == "wall" && run.simulated())
-    throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");
-  std::unique_ptr<clock_i> clock;
-  if (clock_name == "wall")
-    clock = std::make_unique<WallClock>();
-  else
-    clock = std::make_unique<VirtualClock>();
-  RequestSet rs = generate_requests(w);
-  // First-use costs (threads, buffers, cuBLAS, a graph per decode bucket) are paid here, not
-  // by the first requests.
-  const std::vector<InstanceSpec> specs = instance_specs(w);
-  for (const InstanceSpec& in : specs) warm_up(*run.executors[size_t(in.id)], warm_up_shape(instance_workload(w, in)));
-  // With the wall clock and several instances, each local instance computes on a thread of its
-  // own, so that prefill and decode steps overlap as on separate machines.
-  std::vector<std::unique_ptr<ThreadedExecutor>> threaded;
-  if (clock_name == "wall" && run.executors.size() > 1)
-    for (size_t i = 0; i < run.executors.size(); ++i)
-      if (!run.executors[i]->asynchronous()) {
-        threaded.push_back(std::make_unique<ThreadedExecutor>(*run.executors[i], int32_t(i)));
-        run.executors[i] = threaded.back().get();
-      }
-  Engine engine(w, std::move(rs), run.executors, *clock, run.channel);
-  // The decode worker's answers go into the engine's inbox while the engine lives.
-  struct Detach {
-    DecodeWorkerLink* link;
-    ~Detach() {
-      if (link) link->detach();
-    }
-  } detach{run.remote.get()};
-  if (run.remote) run.remote->attach(engine.inbox());
-  struct StopThreads {
-    std::vector<std::unique_ptr<ThreadedExecutor>>& t;
-    ~StopThreads() {
-      for (auto& e : t) e->stop();
-    }
-  } stop_threads{threaded};
-  for (auto& t : threaded) t->attach(engine.inbox());
-  if (!run.simulated())
-    for (const InstanceSpec& in : specs)
-      engine.set_shadow_cost_model(size_t(in.id), make_cost_model(w.model, in.hardware, in.engine.tp));
-  std::unique_ptr<RunOutputs> outputs;
-  if (o.out) {
-    const RunLayout layout = engine.layout();
-    outputs = std::make_unique<RunOutputs>(*o.out, o.trace, &layout);
-    engine.add_observer(outputs.get());
-  }
+  RunSetup run(std::move(w), {.backend = o.backend,
+                              .clock = o.clock,
+                              .threads = o.threads,
+                              .cuda = cuda_executor_factory(),
+                              .channels = cuda_channel_factory()});
+  Engine& engine = run.start(generate_requests(run.workload));
+  if (o.out) run.write_outputs(*o.out, o.trace);
   Summary s;
   // A measured run records the contention it ran under: its figures are only this machine's
   // while other work leaves its cores alone.
   std::optional<ConditionsProbe> probe;
-  if (!run.simulated()) probe.emplace(measuring_threads(w, run, o.backend, clock_name == "wall", specs));
+  if (!run.exec.simulated()) probe.emplace(run.measuring_threads());
   {
     ProgressReporter progress(int64_t(engine.requests().size()));
     engine.add_observer(&progress);
     s = engine.run();
   }
-  s.clock = clock_name;
+  s.clock = run.clock_name;
   if (probe) {
     s.conditions = probe->finish();
     if (std::string warning = conditions_warning(*s.conditions, "this run"); !warning.empty()) {
@@ -181,8 +112,7 @@ int run_workload(Workload& w, const RunOptions& o) {
       s.warnings.push_back(std::move(warning));
     }
   }
-  if (run.remote) run.remote->detach();
-  if (outputs) outputs->finish(engine, s, w);
+  run.finish(s);
   s.peak_rss_kb = std::max(s.peak_rss_kb, peak_rss_kb());  // after the outputs, as summary.json
   if (!o.quiet) print_summary(std::cout, s);
   if (!s.run_error.empty()) {  // every request still in flight failed with the reason; the files are written
@@ -253,7 +183,7 @@ int cmd_run(const std::vector<std::string>& args, bool validate_only) {
   o.quiet = vm["quiet"].as<bool>();
   if (o.quiet && !o.out)
     std::cerr << "tandem: note: --quiet without --out: the run's results are neither printed nor written\n";
-  return run_workload(w, o);
+  return run_workload(std::move(w), o);
 }
 
 }  // namespace

@@ -13,11 +13,8 @@
 
 #include "core/error.h"
 #include "core/json_strict.h"
-#include "sim/clock.h"
-#include "sim/engine.h"
-#include "sim/executors.h"
-#include "sim/outputs.h"
 #include "sim/outputs_schema.h"
+#include "sim/run_setup.h"
 #include "sim/sweep_search.h"
 #include "sim/workload_gen.h"
 
@@ -103,20 +100,14 @@ RunSloFigures slo_figures(std::span<const Request> requests, const Workload& w, 
   return f;
 }
 
-PointRun simulate_point(Workload w, double rate, const std::optional<std::string>& run_dir) {
-  RunExecutors run = make_run_executors(w, "sim");
-  VirtualClock clock;
-  RequestSet rs = generate_requests(w);
-  Engine engine(w, std::move(rs), run.executors, clock, run.channel);
-  std::unique_ptr<RunOutputs> outputs;
-  if (run_dir) {
-    const RunLayout layout = engine.layout();
-    outputs = std::make_unique<RunOutputs>(*run_dir, TraceDetail::None, &layout);
-    engine.add_observer(outputs.get());
-  }
+PointRun simulate_point(Workload workload, double rate, const std::optional<std::string>& run_dir) {
+  RunSetup run(std::move(workload), {.backend = "sim"});
+  const Workload& w = run.workload;
+  Engine& engine = run.start(generate_requests(w));
+  if (run_dir) run.write_outputs(*run_dir, TraceDetail::None);
   const auto t0 = std::chrono::steady_clock::now();
   Summary s = engine.run();
-  if (outputs) outputs->finish(engine, s, w);
+  run.finish(s);
   const nlohmann::json full = summary_json(s, w);
   nlohmann::json metrics = nlohmann::json::object();
   for (const std::string& c : sweep_metric_columns())

@@ -28,8 +28,7 @@ namespace tandem {
 class loop_i {
  public:
   virtual ~loop_i() = default;
-  virtual Time now() const = 0;        // the instant being handled
-  virtual Time clock_now() const = 0;  // the clock's (a wall clock may be past the loop's instant)
+  virtual Time now() const = 0;  // the instant being handled
   virtual void post(Time at, Event e) = 0;
   virtual Request& request(ReqId id) = 0;
   // An asynchronous transfer started (its TransferDone comes through the inbox): the loop waits

@@ -52,7 +52,7 @@ StepBench run_step(LlamaModel& model, int seqs, int n, int ctx, int reps) {
   Rng rng(9);
   for (int s = 0; s < seqs; ++s) {
     for (int b = 0; b < (ctx + n + 15) / 16; ++b) tables[size_t(s)].push_back(next++);
-    plan.add({s, n, ctx, true, tables[size_t(s)]}, n == 1 && ctx > 0 ? ctx : ctx + n);
+    plan.add({s, n, ctx, true, tables[size_t(s)]}, implied_prompt_len(ctx, n));
     for (int i = 0; i < n; ++i) plan.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
   }
   std::vector<Token> out;

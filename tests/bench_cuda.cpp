@@ -108,7 +108,7 @@ struct StepTimer {
     StepPlan plan;
     for (int32_t s = 0; s < seqs; ++s) {
       for (int32_t b = 0; b < blocks_per_seq; ++b) tables[size_t(s)].push_back(s * blocks_per_seq + b);
-      plan.add({s, n, context, true, tables[size_t(s)]}, n == 1 && context > 0 ? context : context + n);
+      plan.add({s, n, context, true, tables[size_t(s)]}, implied_prompt_len(context, n));
       for (int32_t i = 0; i < n; ++i) plan.tokens.push_back(Token(rng.uniform_int(0, m.vocab - 1)));
     }
     std::vector<double> ms;

@@ -23,6 +23,7 @@
 #include "sim/clock.h"
 #include "sim/engine.h"
 #include "sim/executors.h"
+#include "sim/run_setup.h"
 #include "sim/workload_gen.h"
 #include "tests/test_helpers.h"
 
@@ -108,15 +109,16 @@ struct GpuRun {
   std::string channel;
 };
 
-// One workload on the CUDA backend through make_run_executors, as `tandem run` builds it, with
+// One workload on the CUDA backend set up as `tandem run` sets it up (RunSetup), with
 // the virtual clock (measured step times, no waiting). `channels`: the device channels' factory,
 // or none (copy then goes through host memory: CopyChannel and the executors' KV stores).
 GpuRun run_on_gpu(const std::vector<Override>& overrides, const ChannelFactory* channels) {
   Workload w = load_workload(testing::source_path(kGolden), overrides);
   const ExecutorFactory factory = cuda_executor_for;
-  RunExecutors exec = make_run_executors(w, "cuda", &factory, 0, channels);
-  VirtualClock clock;
-  Engine e(w, generate_requests(w), exec.executors, clock, exec.channel);
+  RunSetup setup(std::move(w),
+                 {.backend = "cuda", .clock = "virtual", .cuda = &factory, .channels = channels, .warm_up = false});
+  const RunExecutors& exec = setup.exec;
+  Engine& e = setup.start(generate_requests(setup.workload));
   GpuRun run;
   run.summary = e.run();
   run.outputs = e.outputs();
@@ -357,13 +359,16 @@ TEST_CASE("cuda pd: the nccl channel says what it needs (2 GPUs, tp 1, two diffe
     o.insert(o.end(), extra.begin(), extra.end());
     Workload w = load_workload(testing::source_path(kGolden), o);
     const ExecutorFactory factory = cuda_executor_for;
-    return make_run_executors(w, "cuda", &factory, 0, &device_channels);
+    return std::make_unique<RunSetup>(
+        std::move(w),
+        RunSetupOptions{
+            .backend = "cuda", .clock = "virtual", .cuda = &factory, .channels = &device_channels, .warm_up = false});
   };
   // Without the factory (a caller that hands none), nccl is refused by name.
   Workload w = load_workload(testing::source_path(kGolden), {kPd, channel("nccl")});
   const ExecutorFactory factory = cuda_executor_for;
-  CHECK_THROWS_WITH_AS(make_run_executors(w, "cuda", &factory), doctest::Contains("nccl moves KV between two GPUs"),
-                       InputError);
+  CHECK_THROWS_WITH_AS(RunSetup(w, {.backend = "cuda", .clock = "virtual", .cuda = &factory}),
+                       doctest::Contains("nccl moves KV between two GPUs"), InputError);
   const int gpus = cuda::device_count();
   if (gpus < 2) {
     const std::string needs = fmt::format("the nccl channel needs 2 GPUs; this machine has {}", gpus);

@@ -14,6 +14,7 @@
 #include "sim/events.h"
 #include "sim/executors.h"
 #include "sim/outputs.h"
+#include "sim/run_setup.h"
 #include "tests/test_helpers.h"
 
 using namespace tandem;
@@ -530,10 +531,8 @@ disaggregation: {enabled: true, channel: {kind: sim}}
     void on_step(const StepRecord& r) override { by_instance[size_t(r.instance)].push_back({r.start, r.elapsed}); }
   };
   const auto run = [&](const std::vector<Override>& o, Steps& steps) {
-    Workload w = parse_workload(pd, "w.yaml", o);
-    RunExecutors exec = make_run_executors(w, "sim");
-    VirtualClock clock;
-    Engine e(w, generate_requests(w), exec.executors, clock, exec.channel);
+    RunSetup run(parse_workload(pd, "w.yaml", o), {.backend = "sim"});
+    Engine& e = run.start(generate_requests(run.workload));
     e.add_observer(&steps);
     return e.run();
   };

@@ -11,12 +11,15 @@
 #include "backend/transfer/channel_kind.h"
 #include "backend/transfer/channels.h"
 #include "sim/executors.h"
+#include "sim/run_setup.h"
 #include "tests/golden.h"
 #include "tests/test_helpers.h"
 
 namespace tandem::testing {
 
 namespace {
+// The CPU backend under the virtual clock, not warmed up: tokens are compared, not step times.
+const RunSetupOptions kCpuVirtual{.backend = "cpu", .clock = "virtual", .warm_up = false};
 // One workload on the CPU backend; the callers check how its requests ended.
 struct CpuRun {
   std::vector<std::vector<Token>> outputs;
@@ -26,10 +29,10 @@ struct CpuRun {
 
 CpuRun run_on_cpu(const std::string& workload, const std::vector<Override>& overrides,
                   run_observer_i* observer = nullptr) {
-  Workload w = load_workload(workload, overrides);
-  RunExecutors exec = make_run_executors(w, "cpu");  // one per instance, and the KV channel (1P1D)
-  VirtualClock clock;  // measured step times, no waiting between events: fast and still a real backend
-  Engine e(w, generate_requests(w), exec.executors, clock, exec.channel);
+  // One executor per instance, and the KV channel (1P1D). The virtual clock: measured step
+  // times, no waiting between events: fast and still a real backend.
+  RunSetup setup(load_workload(workload, overrides), kCpuVirtual);
+  Engine& e = setup.start(generate_requests(setup.workload));
   if (observer) e.add_observer(observer);
   CpuRun run;
   run.summary = e.run();
@@ -378,12 +381,11 @@ TEST_CASE(
                                       {"disaggregation.channel.kind", "copy"},
                                       {"disaggregation.prefill.tp", p_tp},
                                       {"disaggregation.decode.tp", d_tp}});
-      RunExecutors exec = make_run_executors(w, "cpu");
-      const auto* copy = dynamic_cast<const CopyChannel*>(exec.channel);
+      RunSetup run(std::move(w), kCpuVirtual);
+      const auto* copy = dynamic_cast<const CopyChannel*>(run.exec.channel);
       REQUIRE(copy);
       CHECK(copy->relayouts() == (p_tp != d_tp));
-      VirtualClock clock;
-      Engine e(w, generate_requests(w), exec.executors, clock, exec.channel);
+      Engine& e = run.start(generate_requests(run.workload));
       const Summary s = e.run();
       for (const Request& r : e.requests())
         REQUIRE_MESSAGE(r.status == RequestStatus::Finished, "request ", r.id, " ended ", to_string(r.status));
@@ -447,7 +449,7 @@ TEST_CASE("mutation: blocks moved between TPs without the re-layout give other t
                                   {"disaggregation.enabled", "true"},
                                   {"disaggregation.channel.kind", "copy"},
                                   {"disaggregation.decode.tp", "2"}});
-  RunExecutors exec = make_run_executors(w, "cpu");
+  RunSetup run(std::move(w), kCpuVirtual);
   struct RawBytes final : kv_channel_i {  // moves the bytes as they are, as before the descriptors
     kv_store_i &from, &to;
     RawBytes(kv_store_i& f, kv_store_i& t) : from(f), to(t) {}
@@ -459,9 +461,9 @@ TEST_CASE("mutation: blocks moved between TPs without the re-layout give other t
       to.write_blocks(t.dst_blocks, buf);
       return {.async = false, .ok = true, .elapsed = 0, .bytes = int64_t(buf.size()), .error = {}};
     }
-  } raw(*exec.executors[0]->kv_store(), *exec.executors[1]->kv_store());
-  VirtualClock clock;
-  Engine e(w, generate_requests(w), exec.executors, clock, &raw);
+  } raw(*run.exec.executors[0]->kv_store(), *run.exec.executors[1]->kv_store());
+  run.exec.channel = &raw;
+  Engine& e = run.start(generate_requests(run.workload));
   e.run();
   CHECK_FALSE(first_divergence(base.outputs, e.outputs()).empty());
 }

@@ -76,8 +76,7 @@ OperatorProfile truth_profile() {
 
 StepPlan plan_of(const std::vector<std::tuple<int, int, bool>>& seqs) {
   StepPlan p;
-  for (auto [c, n, s] : seqs)
-    p.add({ReqId(p.seqs.size()), n, c, s, {}}, n == 1 && c > 0 ? c : c + n);  // 1 after c: a decode
+  for (auto [c, n, s] : seqs) p.add({ReqId(p.seqs.size()), n, c, s, {}}, implied_prompt_len(c, n));
   return p;
 }
 }  // namespace

@@ -33,7 +33,7 @@ Built build(const StepPlan& plan, const StepMetaShape& shape, int32_t pad_to = 0
 StepMetaShape shape16() { return StepMetaShape{16, 8, 16, 64, 1000, 128}; }
 
 void add(StepPlan& p, const std::vector<int32_t>& table, int32_t n, int32_t before, bool samples, Token first_token) {
-  p.add({ReqId(p.seqs.size()), n, before, samples, table}, n == 1 && before > 0 ? before : before + n);
+  p.add({ReqId(p.seqs.size()), n, before, samples, table}, implied_prompt_len(before, n));
   for (int32_t i = 0; i < n; ++i) p.tokens.push_back(first_token + i);
 }
 

@@ -7,28 +7,21 @@
 
 #include "backend/cpu/llama.h"
 #include "backend/executor.h"
+#include "backend/model_kv_store.h"
 #include "policies/kv_cache.h"
 
 namespace tandem::cpu {
 
-class CpuExecutor final : public executor_i, public kv_store_i {
+class CpuExecutor final : public executor_i, public ModelKvStore<LlamaModel> {
  public:
   CpuExecutor(const ModelSpec& m, LlamaWeights w, int32_t num_blocks, int32_t block_size, int32_t tp = 1)
-      : model_(m, std::move(w), num_blocks, block_size, tp) {}
+      : ModelKvStore(model_), model_(m, std::move(w), num_blocks, block_size, tp) {}
   StepResult execute(const StepPlan& plan) override;
   std::string name() const override { return "cpu"; }
   bool simulated() const override { return false; }
   LlamaModel& model() { return model_; }
   kv_store_i* kv_store() override { return this; }
   KvLayout kv_layout() const override { return model_.kv_layout(); }
-  int64_t block_bytes() const override { return model_.kv_block_bytes(); }
-  int32_t num_blocks() const override { return model_.kv_num_blocks(); }
-  void read_blocks(std::span<const int32_t> blocks, std::span<std::byte> out) override {
-    model_.read_kv_blocks(blocks, out);
-  }
-  void write_blocks(std::span<const int32_t> blocks, std::span<const std::byte> in) override {
-    model_.write_kv_blocks(blocks, in);
-  }
 
  private:
   LlamaModel model_;

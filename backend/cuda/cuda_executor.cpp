@@ -5,17 +5,19 @@
 #include <chrono>
 
 #include "backend/cuda/cuda_model.h"
+#include "backend/model_kv_store.h"
 
 namespace tandem::cuda {
 
 namespace {
 // Its KV store is the model's cache as whole blocks (CudaModel::read_kv_blocks), the layout the
 // same on every instance of one model, block size and tensor-parallel degree.
-class CudaExecutor final : public executor_i, public kv_store_i {
+class CudaExecutor final : public executor_i, public ModelKvStore<CudaModel> {
  public:
   CudaExecutor(const ModelSpec& m, const cpu::LlamaWeights* w, uint64_t seed, int32_t blocks, int32_t block_size,
                const CudaModelOptions& opt)
-      : model_(m, w, seed, blocks, block_size, opt),
+      : ModelKvStore(model_),
+        model_(m, w, seed, blocks, block_size, opt),
         layout_(llama_kv_layout(m, w ? cpu::weights_fingerprint(*w) : fmt::format("generated on the GPU, seed {}", seed),
                                 "bf16", block_size, opt.tp)) {}
   // The step's wall time, from the first metadata copy to the sampled tokens on the host.
@@ -30,14 +32,6 @@ class CudaExecutor final : public executor_i, public kv_store_i {
   bool simulated() const override { return false; }
   kv_store_i* kv_store() override { return this; }
   KvLayout kv_layout() const override { return layout_; }
-  int64_t block_bytes() const override { return model_.kv_block_bytes(); }
-  int32_t num_blocks() const override { return model_.kv_num_blocks(); }
-  void read_blocks(std::span<const int32_t> blocks, std::span<std::byte> out) override {
-    model_.read_kv_blocks(blocks, out);
-  }
-  void write_blocks(std::span<const int32_t> blocks, std::span<const std::byte> in) override {
-    model_.write_kv_blocks(blocks, in);
-  }
   CudaModel& model() { return model_; }
 
  private:

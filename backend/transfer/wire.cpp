@@ -214,108 +214,295 @@ Frame decode_frame(std::span<const uint8_t> bytes, uint64_t max_payload) {
 
 // ---- messages ----
 
+// Each message's fields are written down once, in order, by a `fields(io, m)` visitor: the
+// encoder, the size of the encoding and the decoder are all derived from it, so the two sides
+// cannot drift. A field is `io(name, value)`, then for a string or a vector its maximum count,
+// then optionally a check: the error text for a bad value (empty: good), which only the decoder
+// applies (what is sent was built here). A vector's check applies to each element, and names it
+// "field[j]". Step is the one message written by hand (encode_step, decode_step below): its two
+// sides are not mirror images (a plan goes out, a plan with its tables comes back, the prefill
+// flags are derived from the plan's counts, and each seq is checked against the ones before).
 namespace {
 
-void write_layout(WireWriter& w, const KvLayout& l) {
-  w.str(l.model);
-  w.str(l.weights);
-  w.str(l.dtype);
-  w.str(l.order);
-  for (int32_t v : {l.block_size, l.layers, l.kv_heads, l.head_dim, l.tp}) w.i32(v);
+// The error text of a negative value.
+std::string if_negative(int64_t v) { return v < 0 ? fmt::format("{} is negative", v) : std::string(); }
+
+template <class T>
+constexpr bool kIsVector = false;
+template <class T>
+constexpr bool kIsVector<std::vector<T>> = true;
+template <class T>
+constexpr bool kIsArray = false;
+template <size_t N>
+constexpr bool kIsArray<std::array<uint8_t, N>> = true;
+
+// The bytes of a field's encoding (wire.h: fixed-size little-endian integers; a u64 count, then
+// the elements; a fixed array as its bytes).
+template <class T>
+uint64_t wire_size(const T& v) {
+  if constexpr (std::is_same_v<T, std::string> || kIsVector<T>)
+    return 8 + uint64_t(v.size()) * sizeof(typename T::value_type);
+  else if constexpr (kIsArray<T>)
+    return v.size();
+  else
+    return sizeof(T);
 }
+
+// Sums the bytes of every field, so that the writer allocates once (a KvPush carries blocks).
+struct FieldSizer {
+  static constexpr bool kDecoding = false;
+  uint64_t bytes = 0;
+  template <class T, class... Rest>
+  void operator()(std::string_view, const T& v, const Rest&...) {
+    bytes += wire_size(v);
+  }
+};
+
+struct FieldWriter {
+  static constexpr bool kDecoding = false;
+  WireWriter& w;
+  template <class T, class... Rest>
+  void operator()(std::string_view, const T& v, const Rest&...) {
+    if constexpr (std::is_same_v<T, bool>)
+      w.boolean(v);
+    else if constexpr (std::is_enum_v<T>)
+      (*this)({}, static_cast<std::underlying_type_t<T>>(v));
+    else if constexpr (std::is_same_v<T, uint8_t>)
+      w.u8(v);
+    else if constexpr (std::is_same_v<T, uint16_t>)
+      w.u16(v);
+    else if constexpr (std::is_same_v<T, uint32_t>)
+      w.u32(v);
+    else if constexpr (std::is_same_v<T, uint64_t>)
+      w.u64(v);
+    else if constexpr (std::is_same_v<T, int32_t>)
+      w.i32(v);
+    else if constexpr (std::is_same_v<T, int64_t>)
+      w.i64(v);
+    else if constexpr (std::is_same_v<T, std::string>)
+      w.str(v);
+    else if constexpr (std::is_same_v<T, std::vector<int32_t>>)
+      w.i32s(v);
+    else if constexpr (std::is_same_v<T, std::vector<uint64_t>>)
+      w.u64s(v);
+    else if constexpr (std::is_same_v<T, std::vector<uint8_t>>)
+      w.blob(v);
+    else if constexpr (kIsArray<T>)
+      w.bytes(v);
+    else
+      static_assert(sizeof(T) == 0, "a field type the wire does not carry");
+  }
+};
+
+struct FieldReader {
+  static constexpr bool kDecoding = true;
+  WireReader& r;
+  bool ended_early = false;  // the message ends before its last field (an older Hello)
+
+  // A fixed-size field, optionally checked.
+  template <class T>
+  void operator()(std::string_view field, T& v) {
+    v = read<T>(field);
+  }
+  template <class T, class Check>
+  requires std::invocable<Check, const T&>
+  void operator()(std::string_view field, T& v, const Check& check) {
+    v = read<T>(field);
+    if (const std::string bad = check(v); !bad.empty()) r.fail(field, bad);
+  }
+  // A string or a vector of at most `max` elements, optionally each checked.
+  template <class T>
+  void operator()(std::string_view field, T& v, uint64_t max) {
+    if constexpr (std::is_same_v<T, std::string>)
+      v = r.str(field, max);
+    else if constexpr (std::is_same_v<T, std::vector<int32_t>>)
+      v = r.i32s(field, max);
+    else if constexpr (std::is_same_v<T, std::vector<uint64_t>>)
+      v = r.u64s(field, max);
+    else if constexpr (std::is_same_v<T, std::vector<uint8_t>>)
+      v = r.blob(field, max);
+    else
+      static_assert(sizeof(T) == 0, "a counted field type the wire does not carry");
+  }
+  template <class T, class Check>
+  void operator()(std::string_view field, T& v, uint64_t max, const Check& check) {
+    (*this)(field, v, max);
+    for (size_t j = 0; j < v.size(); ++j)
+      if (const std::string bad = check(v[j]); !bad.empty()) r.fail(fmt::format("{}[{}]", field, j), bad);
+  }
+  void end_here() { ended_early = true; }
+
+ private:
+  template <class T>
+  T read(std::string_view field) {
+    if constexpr (std::is_same_v<T, bool>)
+      return r.boolean(field);
+    else if constexpr (std::is_enum_v<T>)
+      return static_cast<T>(read<std::underlying_type_t<T>>(field));
+    else if constexpr (std::is_same_v<T, uint8_t>)
+      return r.u8(field);
+    else if constexpr (std::is_same_v<T, uint16_t>)
+      return r.u16(field);
+    else if constexpr (std::is_same_v<T, uint32_t>)
+      return r.u32(field);
+    else if constexpr (std::is_same_v<T, uint64_t>)
+      return r.u64(field);
+    else if constexpr (std::is_same_v<T, int32_t>)
+      return r.i32(field);
+    else if constexpr (std::is_same_v<T, int64_t>)
+      return r.i64(field);
+    else if constexpr (kIsArray<T>) {
+      T a{};
+      const auto b = r.bytes(field, a.size());
+      std::copy(b.begin(), b.end(), a.begin());
+      return a;
+    } else {
+      static_assert(sizeof(T) == 0, "a field type the wire does not carry");
+    }
+  }
+};
 
 // Each count within [0, 2^20]: a layout is compared with the receiver's own before it is used,
 // but no field may make block_bytes() overflow on the way.
-KvLayout read_layout(WireReader& r, std::string_view field) {
-  KvLayout l;
+template <class Io>
+void layout_fields(Io& io, std::string_view field, KvLayout& l) {
   const std::string f(field);
-  l.model = r.str(f + ".model", kMaxShortString);
-  l.weights = r.str(f + ".weights", kMaxShortString);
-  l.dtype = r.str(f + ".dtype", kMaxShortString);
-  l.order = r.str(f + ".order", kMaxShortString);
-  for (auto [v, name] : {std::pair{&l.block_size, "block_size"}, {&l.layers, "layers"}, {&l.kv_heads, "kv_heads"},
-                         {&l.head_dim, "head_dim"}, {&l.tp, "tp"}}) {
-    *v = r.i32(f + "." + name);
-    if (*v < 0 || *v > (1 << 20)) r.fail(f + "." + name, fmt::format("{} is outside [0, 2^20]", *v));
-  }
-  return l;
+  io(f + ".model", l.model, kMaxShortString);
+  io(f + ".weights", l.weights, kMaxShortString);
+  io(f + ".dtype", l.dtype, kMaxShortString);
+  io(f + ".order", l.order, kMaxShortString);
+  const auto in_range = [](int32_t v) {
+    return v < 0 || v > (1 << 20) ? fmt::format("{} is outside [0, 2^20]", v) : std::string();
+  };
+  for (auto [v, name] : {std::pair{&l.block_size, "block_size"},
+                         {&l.layers, "layers"},
+                         {&l.kv_heads, "kv_heads"},
+                         {&l.head_dim, "head_dim"},
+                         {&l.tp, "tp"}})
+    io(f + "." + name, *v, in_range);
+}
+
+template <class Io>
+void fields(Io& io, HelloMsg& m) {
+  io("protocol", m.protocol);
+  // An older client's Hello ends here: say so, rather than fail on a missing field.
+  if constexpr (Io::kDecoding)
+    if (m.protocol != kProtocolVersion) return io.end_here();
+  io("workload_yaml", m.workload_yaml, kMaxWorkloadYaml);
+  layout_fields(io, "prefill_layout", m.prefill_layout);
+}
+
+template <class Io>
+void fields(Io& io, HelloOkMsg& m) {
+  io("kv_blocks", m.kv_blocks, if_negative);
+  io("block_bytes", m.block_bytes, if_negative);
+  io("backend", m.backend, kMaxShortString);
+  layout_fields(io, "decode_layout", m.decode_layout);
+  io("idle_timeout_ms", m.idle_timeout_ms);
+}
+
+template <class Io>
+void fields(Io& io, ChallengeMsg& m) {
+  io("nonce", m.nonce);
+}
+
+template <class Io>
+void fields(Io& io, ProofMsg& m) {
+  io("mac", m.mac);
+}
+
+template <class Io>
+void fields(Io& io, StepReplyMsg& m) {
+  io("step", m.step);
+  io("elapsed_ns", m.elapsed_ns, if_negative);
+  io("sampled", m.sampled, kMaxStepSeqs, if_negative);
+  io("error", m.error, kMaxErrorString);
+}
+
+template <class Io>
+void fields(Io& io, KvPushMsg& m) {
+  io("ticket", m.ticket);
+  io("request", m.request);
+  io("num_tokens", m.num_tokens);
+  io("dst_blocks", m.dst_blocks, kMaxBlockTable);
+  io("block_checksums", m.block_checksums, kMaxBlockTable);
+  io("payload", m.payload, kMaxKvPayload);
+}
+
+template <class Io>
+void fields(Io& io, KvAckMsg& m) {
+  io("ticket", m.ticket);
+  io("status", m.status, [](KvAckStatus s) {
+    return s > KvAckStatus::Corrupt
+               ? fmt::format("{} is not a status (0 written, 1 failed, 2 corrupt)", static_cast<int>(s))
+               : std::string();
+  });
+  io("blocks_written", m.blocks_written, if_negative);
+  io("digest", m.digest);
+  io("error", m.error, kMaxErrorString);
+}
+
+template <class Io>
+void fields(Io&, ByeMsg&) {}
+
+template <class Io>
+void fields(Io& io, ErrorMsg& m) {
+  io("message", m.message, kMaxErrorString);
+}
+
+template <class Io>
+void fields(Io&, PingMsg&) {}
+
+template <class Msg>
+std::vector<uint8_t> encode_fields(const Msg& m) {
+  // The visitors take the message by non-const reference for the decoder's sake; the sizer and
+  // the writer only read it.
+  Msg& fields_of = const_cast<Msg&>(m);
+  FieldSizer size;
+  fields(size, fields_of);
+  WireWriter w;
+  w.buffer().reserve(size.bytes);
+  FieldWriter write{w};
+  fields(write, fields_of);
+  return w.take();
+}
+
+// The message's name in its errors is its type's ("KvPush.dst_blocks: ...").
+template <class Msg>
+Msg decode_fields(std::span<const uint8_t> payload) {
+  WireReader r(payload, msg_type_name(Msg::kType));
+  FieldReader read{r};
+  Msg m;
+  fields(read, m);
+  if (!read.ended_early) r.finish();
+  return m;
 }
 
 }  // namespace
 
-std::vector<uint8_t> encode(const HelloMsg& m) {
-  WireWriter w;
-  w.u32(m.protocol);
-  w.str(m.workload_yaml);
-  write_layout(w, m.prefill_layout);
-  return w.take();
-}
+std::vector<uint8_t> encode(const HelloMsg& m) { return encode_fields(m); }
+std::vector<uint8_t> encode(const HelloOkMsg& m) { return encode_fields(m); }
+std::vector<uint8_t> encode(const ChallengeMsg& m) { return encode_fields(m); }
+std::vector<uint8_t> encode(const ProofMsg& m) { return encode_fields(m); }
+std::vector<uint8_t> encode(const StepReplyMsg& m) { return encode_fields(m); }
+std::vector<uint8_t> encode(const KvPushMsg& m) { return encode_fields(m); }
+std::vector<uint8_t> encode(const KvAckMsg& m) { return encode_fields(m); }
+std::vector<uint8_t> encode(const ByeMsg& m) { return encode_fields(m); }
+std::vector<uint8_t> encode(const ErrorMsg& m) { return encode_fields(m); }
+std::vector<uint8_t> encode(const PingMsg& m) { return encode_fields(m); }
 
-HelloMsg decode_hello(std::span<const uint8_t> payload) {
-  WireReader r(payload, "Hello");
-  HelloMsg m;
-  m.protocol = r.u32("protocol");
-  // An older client's Hello ends here: say so, rather than fail on a missing field.
-  if (m.protocol != kProtocolVersion) return m;
-  m.workload_yaml = r.str("workload_yaml", kMaxWorkloadYaml);
-  m.prefill_layout = read_layout(r, "prefill_layout");
-  r.finish();
-  return m;
-}
+HelloMsg decode_hello(std::span<const uint8_t> payload) { return decode_fields<HelloMsg>(payload); }
+HelloOkMsg decode_hello_ok(std::span<const uint8_t> payload) { return decode_fields<HelloOkMsg>(payload); }
+ChallengeMsg decode_challenge(std::span<const uint8_t> payload) { return decode_fields<ChallengeMsg>(payload); }
+ProofMsg decode_proof(std::span<const uint8_t> payload) { return decode_fields<ProofMsg>(payload); }
+StepReplyMsg decode_step_reply(std::span<const uint8_t> payload) { return decode_fields<StepReplyMsg>(payload); }
+KvPushMsg decode_kv_push(std::span<const uint8_t> payload) { return decode_fields<KvPushMsg>(payload); }
+KvAckMsg decode_kv_ack(std::span<const uint8_t> payload) { return decode_fields<KvAckMsg>(payload); }
+ByeMsg decode_bye(std::span<const uint8_t> payload) { return decode_fields<ByeMsg>(payload); }
+ErrorMsg decode_error(std::span<const uint8_t> payload) { return decode_fields<ErrorMsg>(payload); }
+PingMsg decode_ping(std::span<const uint8_t> payload) { return decode_fields<PingMsg>(payload); }
 
-std::vector<uint8_t> encode(const HelloOkMsg& m) {
-  WireWriter w;
-  w.i32(m.kv_blocks);
-  w.i64(m.block_bytes);
-  w.str(m.backend);
-  write_layout(w, m.decode_layout);
-  w.u32(m.idle_timeout_ms);
-  return w.take();
-}
-
-HelloOkMsg decode_hello_ok(std::span<const uint8_t> payload) {
-  WireReader r(payload, "HelloOk");
-  HelloOkMsg m;
-  m.kv_blocks = r.i32("kv_blocks");
-  if (m.kv_blocks < 0) r.fail("kv_blocks", fmt::format("{} is negative", m.kv_blocks));
-  m.block_bytes = r.i64("block_bytes");
-  if (m.block_bytes < 0) r.fail("block_bytes", fmt::format("{} is negative", m.block_bytes));
-  m.backend = r.str("backend", kMaxShortString);
-  m.decode_layout = read_layout(r, "decode_layout");
-  m.idle_timeout_ms = r.u32("idle_timeout_ms");
-  r.finish();
-  return m;
-}
-
-std::vector<uint8_t> encode(const ChallengeMsg& m) {
-  WireWriter w;
-  w.bytes(m.nonce);
-  return w.take();
-}
-
-ChallengeMsg decode_challenge(std::span<const uint8_t> payload) {
-  WireReader r(payload, "Challenge");
-  ChallengeMsg m;
-  const auto b = r.bytes("nonce", m.nonce.size());
-  std::copy(b.begin(), b.end(), m.nonce.begin());
-  r.finish();
-  return m;
-}
-
-std::vector<uint8_t> encode(const ProofMsg& m) {
-  WireWriter w;
-  w.bytes(m.mac);
-  return w.take();
-}
-
-ProofMsg decode_proof(std::span<const uint8_t> payload) {
-  WireReader r(payload, "Proof");
-  ProofMsg m;
-  const auto b = r.bytes("mac", m.mac.size());
-  std::copy(b.begin(), b.end(), m.mac.begin());
-  r.finish();
-  return m;
-}
+// ---- Step, by hand (above: why) ----
 
 std::vector<uint8_t> encode_step(uint64_t step, const StepPlan& plan) {
   const size_t n = plan.seqs.size();
@@ -423,54 +610,6 @@ void check_table_lengths(const DecodedStep& m, int32_t block_size) {
   }
 }
 
-std::vector<uint8_t> encode(const StepReplyMsg& m) {
-  WireWriter w;
-  w.u64(m.step);
-  w.i64(m.elapsed_ns);
-  w.i32s(m.sampled);
-  w.str(m.error);
-  return w.take();
-}
-
-StepReplyMsg decode_step_reply(std::span<const uint8_t> payload) {
-  WireReader r(payload, "StepReply");
-  StepReplyMsg m;
-  m.step = r.u64("step");
-  m.elapsed_ns = r.i64("elapsed_ns");
-  if (m.elapsed_ns < 0) r.fail("elapsed_ns", fmt::format("{} is negative", m.elapsed_ns));
-  m.sampled = r.i32s("sampled", kMaxStepSeqs);
-  for (size_t j = 0; j < m.sampled.size(); ++j)
-    if (m.sampled[j] < 0) r.fail(fmt::format("sampled[{}]", j), fmt::format("{} is negative", m.sampled[j]));
-  m.error = r.str("error", kMaxErrorString);
-  r.finish();
-  return m;
-}
-
-std::vector<uint8_t> encode(const KvPushMsg& m) {
-  WireWriter w;
-  w.buffer().reserve(8 + 4 + 4 + 8 + 4 * m.dst_blocks.size() + 8 + 8 * m.block_checksums.size() + 8 + m.payload.size());
-  w.u64(m.ticket);
-  w.i32(m.request);
-  w.i32(m.num_tokens);
-  w.i32s(m.dst_blocks);
-  w.u64s(m.block_checksums);
-  w.blob(m.payload);
-  return w.take();
-}
-
-KvPushMsg decode_kv_push(std::span<const uint8_t> payload) {
-  WireReader r(payload, "KvPush");
-  KvPushMsg m;
-  m.ticket = r.u64("ticket");
-  m.request = r.i32("request");
-  m.num_tokens = r.i32("num_tokens");
-  m.dst_blocks = r.i32s("dst_blocks", kMaxBlockTable);
-  m.block_checksums = r.u64s("block_checksums", kMaxBlockTable);
-  m.payload = r.blob("payload", kMaxKvPayload);
-  r.finish();
-  return m;
-}
-
 void check_kv_push(const KvPushMsg& m, int32_t num_blocks, int64_t block_bytes, int32_t block_size) {
   if (block_bytes < 1 || block_size < 1)
     throw std::invalid_argument(fmt::format("check_kv_push: block of {} bytes, {} tokens", block_bytes, block_size));
@@ -504,60 +643,6 @@ std::string_view to_string(KvAckStatus s) {
     case KvAckStatus::Corrupt: return "corrupt";
   }
   return "unknown";
-}
-
-std::vector<uint8_t> encode(const KvAckMsg& m) {
-  WireWriter w;
-  w.u64(m.ticket);
-  w.u8(static_cast<uint8_t>(m.status));
-  w.i32(m.blocks_written);
-  w.u64(m.digest);
-  w.str(m.error);
-  return w.take();
-}
-
-KvAckMsg decode_kv_ack(std::span<const uint8_t> payload) {
-  WireReader r(payload, "KvAck");
-  KvAckMsg m;
-  m.ticket = r.u64("ticket");
-  const uint8_t status = r.u8("status");
-  if (status > static_cast<uint8_t>(KvAckStatus::Corrupt))
-    r.fail("status", fmt::format("{} is not a status (0 written, 1 failed, 2 corrupt)", int(status)));
-  m.status = static_cast<KvAckStatus>(status);
-  m.blocks_written = r.i32("blocks_written");
-  if (m.blocks_written < 0) r.fail("blocks_written", fmt::format("{} is negative", m.blocks_written));
-  m.digest = r.u64("digest");
-  m.error = r.str("error", kMaxErrorString);
-  r.finish();
-  return m;
-}
-
-std::vector<uint8_t> encode(const ByeMsg&) { return {}; }
-
-ByeMsg decode_bye(std::span<const uint8_t> payload) {
-  WireReader(payload, "Bye").finish();
-  return {};
-}
-
-std::vector<uint8_t> encode(const ErrorMsg& m) {
-  WireWriter w;
-  w.str(m.message);
-  return w.take();
-}
-
-ErrorMsg decode_error(std::span<const uint8_t> payload) {
-  WireReader r(payload, "Error");
-  ErrorMsg m;
-  m.message = r.str("message", kMaxErrorString);
-  r.finish();
-  return m;
-}
-
-std::vector<uint8_t> encode(const PingMsg&) { return {}; }
-
-PingMsg decode_ping(std::span<const uint8_t> payload) {
-  WireReader(payload, "Ping").finish();
-  return {};
 }
 
 std::vector<uint64_t> block_checksums(std::span<const uint8_t> bytes, int64_t block_bytes) {
