@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "backend/cost_model.h"
 #include "backend/cpu/kernels.h"
 #include "serve/tokenizer.h"
 #include "sim/workload_gen.h"
@@ -28,32 +27,27 @@ LiveStats::LiveStats()
       e2e({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
            30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}) {}
 
-ServedRun::ServedRun(Workload& w, const ServeOptions& o) : w_(w), o_(o) {
+ServedRun::ServedRun(const Workload& w, const ServeOptions& o) : o_(o) {
   if (o.max_requests < 1) throw InputError(fmt::format("--max-requests {}: must be at least 1", o.max_requests));
   if (o.backend == "cpu") cpu::set_threads(o.threads);
-  run_ = make_run_executors(w, o.backend, cuda_executor_factory(), o.threads, cuda_channel_factory());
-  // As `tandem run` under the wall clock: first-use costs before the first client, and with
-  // several instances each computes on a thread of its own (the simulated executor needs neither:
-  // its steps take no time to compute, only the modelled time the loop then waits).
-  const std::vector<InstanceSpec> specs = instance_specs(w);
-  if (!run_.simulated())
-    for (const InstanceSpec& in : specs)
-      warm_up(*run_.executors[size_t(in.id)], warm_up_shape(instance_workload(w, in)));
-  if (!run_.simulated() && run_.executors.size() > 1)
-    for (size_t i = 0; i < run_.executors.size(); ++i)
-      if (!run_.executors[i]->asynchronous()) {
-        threaded_.push_back(std::make_unique<ThreadedExecutor>(*run_.executors[i], int32_t(i)));
-        run_.executors[i] = threaded_.back().get();
-      }
+  // As `tandem run` under the wall clock (RunSetup): first-use costs paid before the first client
+  // (at start()), several real instances each on a thread of its own; --backend sim is the
+  // emulated server, the simulated executors under the wall clock.
+  setup_ = std::make_unique<RunSetup>(w, RunSetupOptions{.backend = o.backend,
+                                                         .clock = "wall",
+                                                         .threads = o.threads,
+                                                         .cuda = cuda_executor_factory(),
+                                                         .channels = cuda_channel_factory(),
+                                                         .emulated = o.backend == "sim"});
+  setup_->warm_up_once();  // before the server says it listens
   prompts_.resize(size_t(o.max_requests));
   delivered_.resize(size_t(o.max_requests));
-  kv_use_.resize(specs.size());
+  kv_use_.resize(setup_->specs.size());
 }
 
 ServedRun::~ServedRun() {
   if (thread_.joinable()) thread_.join();
-  for (auto& t : threaded_) t->stop();
-  if (run_.remote) run_.remote->detach();
+  // setup_ stops the instances' threads and the decode worker before the engine goes.
 }
 
 void ServedRun::start(std::function<void()> done) {
@@ -63,25 +57,16 @@ void ServedRun::start(std::function<void()> done) {
     slots.requests[i].id = ReqId(i);
     slots.requests[i].arrival = kNever;  // an unused slot
   }
-  start_steady_ns_ =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  clock_ = std::make_unique<WallClock>();
-  engine_ = std::make_unique<Engine>(w_, std::move(slots), run_.executors, *clock_, run_.channel);
-  engine_->open_arrivals(this);
-  if (run_.remote) run_.remote->attach(engine_->inbox());
-  for (auto& t : threaded_) t->attach(engine_->inbox());
-  if (!run_.simulated())
-    for (const InstanceSpec& in : instance_specs(w_))
-      engine_->set_shadow_cost_model(size_t(in.id), make_cost_model(w_.model, in.hardware, in.engine.tp));
-  if (o_.out) {
-    const RunLayout layout = engine_->layout();
-    outputs_ = std::make_unique<RunOutputs>(*o_.out, o_.trace, &layout);
-    engine_->add_observer(outputs_.get());
-  }
-  engine_->add_observer(this);
+  Engine& engine = setup_->start(std::move(slots));
+  start_steady_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         static_cast<const WallClock&>(*setup_->clock).start().time_since_epoch())
+                         .count();
+  engine.open_arrivals(this);
+  if (o_.out) setup_->write_outputs(*o_.out, o_.trace);
+  engine.add_observer(this);
   thread_ = std::thread([this, done = std::move(done)] {
     try {
-      summary_ = engine_->run();
+      summary_ = setup_->engine().run();
     } catch (const std::exception& e) {
       error_ = e.what();
     }
@@ -91,11 +76,9 @@ void ServedRun::start(std::function<void()> done) {
 
 Summary ServedRun::finish() {
   if (thread_.joinable()) thread_.join();
-  for (auto& t : threaded_) t->stop();
-  if (run_.remote) run_.remote->detach();
   if (!error_.empty()) throw std::runtime_error(error_);
   summary_.clock = "wall";
-  if (outputs_) outputs_->finish(*engine_, summary_, w_);
+  setup_->finish(summary_);  // the decode worker's answers stop; the output files are completed
   return summary_;
 }
 
@@ -105,7 +88,7 @@ ReqId ServedRun::submit(std::vector<Token> prompt, int32_t max_output) {
   const auto len = int32_t(prompt.size());
   prompts_[size_t(id)] = std::move(prompt);  // before the Submit: the inbox's lock orders the two
   ++num_alive_;
-  engine_->inbox().post(Submit{id, len, max_output});
+  setup_->engine().inbox().post(Submit{id, len, max_output});
   return id;
 }
 
@@ -135,7 +118,7 @@ void ServedRun::on_token(const Request& r, Time at) {
   const int32_t k = d.tokens++;
   const Time previous = d.last;
   d.last = at;
-  const auto& out = engine_->outputs();
+  const auto& out = setup_->engine().outputs();
   const Token t = out.empty() ? emulated_token(k) : out[size_t(r.id)][size_t(k)];
   if (outbox_) outbox_->push({Note::Kind::Token, RequestStatus::Running, FailReason::None, r.id, t, at});
   std::lock_guard lock(stats_.mu);
@@ -162,8 +145,8 @@ void ServedRun::on_request_done(const Request& r) {
     stats_.prefix_hits += r.num_cached_tokens;
   }
   if (r.status == RequestStatus::Finished) stats_.e2e.add(to_seconds(r.finish - r.arrival));
-  if (engine_->topology().moves_kv()) {
-    const RequestTransfer t = engine_->topology().transfer_of(r.id);
+  if (setup_->engine().topology().moves_kv()) {
+    const RequestTransfer t = setup_->engine().topology().transfer_of(r.id);
     if (t.end != kNever) {
       ++stats_.transfers;
       stats_.transfer_bytes += t.bytes;

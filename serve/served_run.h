@@ -1,5 +1,5 @@
-// The engine side of tandem serve: the workload's instances, executors and channel (wired by
-// make_run_executors, as `tandem run` does), an Engine in an open run (Engine::open_arrivals)
+// The engine side of tandem serve: the workload's instances, executors and channel (set up by
+// RunSetup, as `tandem run`'s are), an Engine in an open run (Engine::open_arrivals)
 // under the wall clock on a thread of its own, and the two ways between it and the HTTP thread:
 //   HTTP -> engine  submit / cancel / close post Submit, Cancel and Close into the engine's inbox
 //                   (a post wakes the loop's wall-clock wait); a prompt's ids are written into its
@@ -20,11 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include "sim/clock.h"
 #include "sim/engine.h"
-#include "sim/executors.h"
 #include "sim/outputs.h"
-#include "sim/threaded_executor.h"
+#include "sim/run_setup.h"
 
 namespace tandem::serve {
 
@@ -92,27 +90,29 @@ struct ServeOptions {
 
 class ServedRun final : public run_observer_i, public client_prompts_i {
  public:
-  // Builds the executors (warmed up) and the engine; throws InputError on a workload it cannot serve.
-  ServedRun(Workload& w, const ServeOptions& o);
+  // Builds the executors and the channel and warms them up; throws InputError on a workload it
+  // cannot serve.
+  ServedRun(const Workload& w, const ServeOptions& o);
   ~ServedRun() override;
   ServedRun(const ServedRun&) = delete;
   ServedRun& operator=(const ServedRun&) = delete;
 
   // The HTTP thread's side. submit: the slot, or -1 when every slot has been used.
   ReqId submit(std::vector<Token> prompt, int32_t max_output);
-  void cancel(ReqId id) { engine_->inbox().post(Cancel{id}); }
-  void close() { engine_->inbox().post(Close{}); }
+  void cancel(ReqId id) { setup_->engine().inbox().post(Cancel{id}); }
+  void close() { setup_->engine().inbox().post(Close{}); }
   void set_outbox(Outbox* o) { outbox_ = o; }
   LiveStats& stats() { return stats_; }
-  const Workload& workload() const { return w_; }
-  // Makes the engine under a fresh wall clock and runs it on its thread; `done` is called there when the run has ended.
+  const Workload& workload() const { return setup_->workload; }
+  // Makes the engine under a fresh wall clock and runs it on its thread; `done` is called there
+  // when the run has ended.
   void start(std::function<void()> done);
   // After `done`: the summary, the outputs written (--out); waits for the thread.
   Summary finish();
   // After finish(): the requests served, by slot (ids 0 .. n-1).
-  const std::vector<Request>& served() const { return engine_->requests(); }
+  const std::vector<Request>& served() const { return setup_->engine().requests(); }
   // The engine's clock, for the front end's timestamps (ns since the run's start; after start()).
-  Time now() const { return clock_->now(); }
+  Time now() const { return setup_->clock->now(); }
   // The run's time 0 on steady_clock (CLOCK_MONOTONIC, ns): another process's receipt instants
   // compare with the engine's (the front-end benchmark, --chunk-timestamps).
   int64_t start_steady_ns() const { return start_steady_ns_; }
@@ -124,14 +124,9 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
   std::span<const Token> prompt(ReqId id) const override { return prompts_[size_t(id)]; }
 
  private:
-  Workload& w_;
   ServeOptions o_;
-  RunExecutors run_;
-  std::vector<std::unique_ptr<ThreadedExecutor>> threaded_;
-  std::unique_ptr<WallClock> clock_;
-  int64_t start_steady_ns_ = 0;  // made at start(): the run's time 0 is after the warm-up
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<RunOutputs> outputs_;
+  std::unique_ptr<RunSetup> setup_;  // the workload, specs, executors, channel, clock, engine, outputs
+  int64_t start_steady_ns_ = 0;      // the wall clock's time 0, made at start() after the warm-up
   Outbox* outbox_ = nullptr;
   LiveStats stats_;
   std::vector<std::vector<Token>> prompts_;  // by slot: written by submit, freed when the request leaves

@@ -41,6 +41,8 @@ class WallClock final : public clock_i {
   Time now() const override {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
   }
+  // Time 0 on steady_clock (CLOCK_MONOTONIC): another process's instants compare with the run's.
+  std::chrono::steady_clock::time_point start() const { return start_; }
 
  private:
   std::chrono::steady_clock::time_point start_;

@@ -34,7 +34,7 @@ RunSetup::RunSetup(Workload w, const RunSetupOptions& o)
   clock_name = !o.clock.empty() ? o.clock : exec.simulated() ? "virtual" : "wall";
   if (clock_name != "wall" && clock_name != "virtual")
     throw InputError(fmt::format("--clock {}: expected wall or virtual", clock_name));
-  if (clock_name == "wall" && exec.simulated())
+  if (clock_name == "wall" && exec.simulated() && !o.emulated)
     throw InputError("--clock wall needs a real backend (--backend cpu or cuda)");
   if (clock_name == "wall")
     clock = std::make_unique<WallClock>();
@@ -48,15 +48,24 @@ RunSetup::~RunSetup() {
   if (exec.remote) exec.remote->detach();
 }
 
-Engine& RunSetup::start(RequestSet requests) {
+void RunSetup::warm_up_once() {
   // First-use costs (threads, buffers, cuBLAS, a graph per decode bucket) are paid here, not
   // by the first requests.
-  if (options_.warm_up)
-    for (const InstanceSpec& in : specs)
-      warm_up(*exec.executors[size_t(in.id)], warm_up_shape(instance_workload(workload, in)));
-  // With the wall clock and several instances, each local instance computes on a thread of its
-  // own, so that prefill and decode steps overlap as on separate machines.
-  if (clock_name == "wall" && exec.executors.size() > 1)
+  if (warmed_up_ || !options_.warm_up) return;
+  warmed_up_ = true;
+  for (const InstanceSpec& in : specs)
+    warm_up(*exec.executors[size_t(in.id)], warm_up_shape(instance_workload(workload, in)));
+}
+
+Engine& RunSetup::start(RequestSet requests) {
+  warm_up_once();
+  // The run's time 0 is after the warm-up: a wall clock made before it would start the run
+  // late by the warm-up's length, its first arrivals already in the past.
+  if (clock_name == "wall") clock = std::make_unique<WallClock>();
+  // With the wall clock and several real instances, each local instance computes on a thread of
+  // its own, so that prefill and decode steps overlap as on separate machines (a simulated one
+  // computes nothing: its steps take only the modelled time the loop waits).
+  if (clock_name == "wall" && !exec.simulated() && exec.executors.size() > 1)
     for (size_t i = 0; i < exec.executors.size(); ++i)
       if (!exec.executors[i]->asynchronous()) {
         threaded_.push_back(std::make_unique<ThreadedExecutor>(*exec.executors[i], int32_t(i)));

@@ -32,6 +32,10 @@ struct RunSetupOptions {
   // First-use costs paid before the first request (backend/warmup.h). Off only where measured
   // step times do not matter (tests): warming up changes no token.
   bool warm_up = true;
+  // The emulated server (tandem serve --backend sim): the simulated executors under the wall
+  // clock, each step taking its modelled time in real time. Elsewhere a simulated backend runs
+  // under the virtual clock only.
+  bool emulated = false;
 };
 
 // Holds what a run is made of, in the order it must be torn down: the engine holds the workload,
@@ -56,6 +60,9 @@ class RunSetup {
   // computes on a thread of its own, and the threads' and the worker's answers go into the
   // engine's inbox. A real backend's steps are also priced by their cost model (steps.csv).
   Engine& start(RequestSet requests);
+  // The executors' first-use costs (backend/warmup.h), once: start() calls it; a caller that must
+  // be ready before it has requests (tandem serve, before it says it listens) calls it earlier.
+  void warm_up_once();
   Engine& engine() { return *engine_; }
   // requests.csv, steps.csv, trace.json, summary.json into `dir`, as the engine runs.
   void write_outputs(const std::string& dir, TraceDetail trace);
@@ -69,6 +76,7 @@ class RunSetup {
   std::vector<std::unique_ptr<ThreadedExecutor>> threaded_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<RunOutputs> outputs_;
+  bool warmed_up_ = false;
 };
 
 }  // namespace tandem

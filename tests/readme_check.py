@@ -36,7 +36,8 @@ Usage: readme_check.py SOURCE_DIR TANDEM
              written, its lines in order, in a scratch folder laid out as a fresh clone (the
              source's folders linked, build/tandem the binary under test); a `tandem worker` line
              runs in the background until the block ends (its port and /tmp paths replaced by a
-             free port and the scratch folder); every line of an output block the README shows
+             free port and the scratch folder); a block that starts a job with `&` (tandem serve,
+             then curl and `kill %1`) runs as one script, as pasted into one shell; every line of an output block the README shows
              for a command (the next block, or one whose lead-in names the command in backticks)
              is in what it printed, lines naming wall-clock figures aside. Not run: make targets
              (CI runs make test itself), tools/setup (installs packages), the marked GPU/cluster
@@ -564,6 +565,9 @@ class BlockRunner:
                 skipped += sum(1 for l in lines if l.startswith(self.NOT_RUN))
                 continue
             where = "README:%d" % (self.c.readme.count("\n", 0, start) + 2)
+            if any(l.endswith("&") for l in lines):
+                ran += self.run_as_script(lines, where)
+                continue
             printed = {}
             with tempfile.TemporaryDirectory(prefix="readme-block-") as d:
                 self.scratch(d)
@@ -607,6 +611,29 @@ class BlockRunner:
                                             f"{'`%s`' % cmd if cmd else 'the block'}; it printed no such line")
         print(f"blocks: {ran} README command lines run as written, {compared} shown output lines compared, "
               f"{skipped} not run (make targets, set-up, GPU or cluster scripts, reproductions)")
+
+    def run_as_script(self, lines, where):
+        """A block that starts a job in the background (`tandem serve ... &`, then `kill %1`):
+        pasted into one shell as a user would, its every line in order, stopped at the first
+        failing line; its port 8000 and /tmp paths replaced as for a worker. Returns the lines run."""
+        cmds = [l for l in lines if not l.startswith("#")]
+        with tempfile.TemporaryDirectory(prefix="readme-block-") as d:
+            self.scratch(d)
+            port = free_port()
+            script = "set -e\n" + "\n".join(
+                re.sub(r"/tmp/", d + "/", l).replace("127.0.0.1:8000", "127.0.0.1:%d" % port)
+                .replace("localhost:8000", "localhost:%d" % port) for l in cmds) + "\n"
+            # A server started in the background is given a moment to listen before the next line.
+            script = re.sub(r"&\n", "&\nfor i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null && break; "
+                                   "sleep 0.1; done\n" % port, script, count=1)
+            try:
+                p = subprocess.run(["bash", "-c", script], cwd=d, capture_output=True, text=True, timeout=300,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+                rc, err = p.returncode, p.stderr
+            except subprocess.TimeoutExpired:
+                rc, err = 124, "timed out after 300 s"
+            self.c.ok(rc == 0, f"blocks: {where}: the block (run as one script) exited {rc}: {err.strip()[-400:]}")
+        return len(cmds)
 
     def start_server(self, cmd, d, where, line):
         """A `tandem worker` line in the background, once it says it listens (or None)."""
