@@ -30,6 +30,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from sweep_helpers import Failures  # noqa: E402
+
 FROM_WHEEL = ["vllm/benchmarks/sweep/plot.py", "vllm/benchmarks/sweep/plot_pareto.py",
               "vllm/benchmarks/sweep/utils.py", "vllm/utils/collection_utils.py"]
 # Stands in for vllm/utils/import_utils.py (which imports vLLM's logger and env): the plot modules
@@ -51,19 +54,6 @@ import argparse
 class FlexibleArgumentParser(argparse.ArgumentParser):
     pass
 '''
-
-
-class Checks:
-    def __init__(self):
-        self.passed = self.failed = 0
-
-    def ok(self, cond, what):
-        if cond:
-            self.passed += 1
-        else:
-            self.failed += 1
-            print("FAIL: " + what)
-        return cond
 
 
 def vllm_modules(wheel, into):
@@ -96,7 +86,7 @@ def main():
         return 77
     if os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(src, ".venv-vllm")):
         return subprocess.call([venv_python] + sys.argv)
-    c = Checks()
+    c = Failures("vllm-plot")
     with tempfile.TemporaryDirectory(prefix="vllm-plot-") as tmp:
         keep = os.environ.get("TANDEM_VLLM_PLOT_KEEP")  # a folder to copy the figures into, to look at them
         plot, plot_pareto = vllm_modules(wheels[-1], os.path.join(tmp, "code"))
@@ -182,8 +172,7 @@ def main():
         c.ok(r.returncode != 0 and "was not written by tandem sweep" in r.stderr and
              os.path.exists(os.path.join(foreign, "vllm", "mine.txt")),
              "foreign: exit %d, stderr %s" % (r.returncode, r.stderr[-300:]))
-    print("vllm-plot: %d passed, %d failed" % (c.passed, c.failed))
-    return 1 if c.failed else 0
+    return c.end()
 
 
 if __name__ == "__main__":
