@@ -32,6 +32,10 @@ const std::vector<std::string>& sweep_metric_columns() {
           "disaggregation.transfer_ms.p50", "disaggregation.ttft_after_transfer_ms.p99", "steps", "makespan_s",
           "layout.num_instances", "layout.num_gpus"})
       c.push_back(k);
+    // Utilisation (simulate_point sets them: summary.json has them per instance).
+    for (const char* k :
+         {"utilisation.busy_max", "utilisation.kv_peak_max", "utilisation.prefill_busy", "utilisation.decode_busy"})
+      c.push_back(k);
     return c;
   }();
   return cols;
@@ -112,6 +116,19 @@ PointRun simulate_point(Workload workload, double rate, const std::optional<std:
   nlohmann::json metrics = nlohmann::json::object();
   for (const std::string& c : sweep_metric_columns())
     if (const nlohmann::json* v = json_at_path(full, c); v && v->is_number()) metrics[c] = *v;
+  // Utilisation beside the point's figures: the busiest instance's share of the run in steps and
+  // the fullest KV pool's peak (what limited a capacity), and in 1P1D each side's busy share.
+  double busy_max = 0, kv_peak_max = 0;
+  for (const InstanceFigures& f : s.instances) {
+    busy_max = std::max(busy_max, f.busy_fraction);
+    kv_peak_max = std::max(kv_peak_max, f.kv_peak_util);
+    if (f.role == "prefill" || f.role == "decode")
+      metrics[fmt::format("utilisation.{}_busy", f.role)] = f.busy_fraction;
+  }
+  if (!s.instances.empty()) {
+    metrics["utilisation.busy_max"] = busy_max;
+    metrics["utilisation.kv_peak_max"] = kv_peak_max;
+  }
   // GPUs by hardware (the instances' own in 1P1D), which a sweep's cost: section prices.
   nlohmann::json gpus_by_hardware = nlohmann::json::object();
   for (const InstanceLayout& in : engine.layout().instances) {

@@ -97,6 +97,28 @@ assert int(row["requests.finished"]) == s["requests"]["finished"]
 assert float(row["offered_rate"]) == s["arrival"]["offered_rate"], (row["offered_rate"], s["arrival"])
 assert s["arrival"]["configured_rate"] == 30 and s["arrival"]["normalized"] is False
 assert abs(float(row["offered_rate"]) - 30) > 0.01, row["offered_rate"]
+# Utilisation (#34): the busiest instance's busy share and KV peak, as summary.json's instances say.
+inst = s["instances"]
+assert float(row["utilisation.busy_max"]) == max(i["busy_fraction"] for i in inst), (row, inst)
+assert float(row["utilisation.kv_peak_max"]) == max(i["kv_peak_util"] for i in inst), (row, inst)
+assert 0 < float(row["utilisation.busy_max"]) <= 1 and row["utilisation.prefill_busy"] == "", row
+PY
+# ... and in 1P1D each side's busy share, the busiest of the two as busy_max.
+cat >"$tmp/pd.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 100}
+configs:
+  - name: 1p1d
+    set: {disaggregation.enabled: true}
+rates: [5]
+EOF
+expect 0 "1p1d" -- sweep "$tmp/pd.yaml" --out "$tmp/pd"
+python3 - "$tmp/pd/results.csv" <<'PY' && ok || fail "utilisation: 1P1D rows lack each side's busy share"
+import csv, sys
+row = list(csv.DictReader(open(sys.argv[1])))[0]
+p, d = float(row["utilisation.prefill_busy"]), float(row["utilisation.decode_busy"])
+assert 0 < p <= 1 and 0 < d <= 1 and float(row["utilisation.busy_max"]) == max(p, d), row
+print("1P1D utilisation: prefill busy %.3f, decode busy %.3f" % (p, d))
 PY
 # requests.arrival.normalize: the gaps scaled so the offered rate is the configured one (vLLM's).
 cat >"$tmp/norm.yaml" <<EOF
