@@ -35,7 +35,7 @@ test-unit: build
 test-golden: build
 	meson test -C $(BUILD) --suite golden --print-errorlogs
 
-# The unit and cli suites under AddressSanitizer + UndefinedBehaviorSanitizer and libstdc++'s
+# The unit (cli included) and serve suites under AddressSanitizer + UndefinedBehaviorSanitizer and libstdc++'s
 # bounds-checked containers (-D_GLIBCXX_ASSERTIONS: an out-of-range operator[] aborts) (gcc, its own
 # build folder; any report fails the test). The golden suite stays with the plain build: it
 # takes about 7 minutes under ASan.
@@ -47,7 +47,7 @@ $(SAN_BUILD)/build.ninja:
 test-sanitize: $(SAN_BUILD)/build.ninja
 	ninja -C $(SAN_BUILD) tandem tests/unit_tests tests/policies_tests tests/transfer_tests
 	ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  meson test -C $(SAN_BUILD) --suite unit --no-rebuild --print-errorlogs --timeout-multiplier 5
+	  meson test -C $(SAN_BUILD) --suite unit --suite serve --no-rebuild --print-errorlogs --timeout-multiplier 5
 
 # Fuzzing (tests/fuzz, libFuzzer + ASan + UBSan; clang 19 from `tools/setup --fuzz`): each
 # target for FUZZ_SECONDS; FUZZ_TARGETS picks some (workload azure vidur mooncake safetensors
