@@ -35,7 +35,8 @@ FittedCoefficients fit_cost_model(const std::vector<CalibrationPoint>& all) {
   if (points.size() < size_t(kFeatures))
     throw InputError(
         fmt::format("calibrate: {} back-to-back steps measured, at least {} are needed to fit: "
-                    "give a workload with more requests",
+                    "give a workload with more requests, or measure on a quieter machine (a step after the "
+                    "backend sat idle is left out of the fit, and on busy cores most steps are)",
                     points.size(), kFeatures));
   std::array<bool, kFeatures> active;
   active.fill(true);

@@ -1181,8 +1181,12 @@ check "a simulated run measures nothing: no conditions, no warnings, no 'measure
            ! '$tandem' run '$src/workloads/cpu_tiny.yaml' 2>&1 | grep -Eq 'measured under|warning'"
 fit_median=$(grep -oE 'median relative error over its [0-9]+ steps is [0-9.]+|relative error median [0-9.]+' "$i35/fit.out" | grep -oE '[0-9.]+$')
 echo "    issue 35: linear fit beside the loops: median error ${fit_median:-?} %, $(tail -1 "$i35/fit.out")"
+grep -qE '^exit (0|3)$' "$i35/fit.out" || sed 's/^/      /' "$i35/fit.out" | tail -8  # what ended it otherwise
+# Beside the loops (and a whole make test on the same cores) the fit may find too few back-to-back
+# steps to fit at all: no median error to judge, exit 2 saying why (seen once in a clean clone).
 check "linear fit: refused (exit 3, no file) exactly when its median error is above 35 %" \
-  bash -c "if awk -v m='${fit_median:-0}' 'BEGIN { exit !(m > 35) }'; then
+  bash -c "if grep -q '^exit 2' '$i35/fit.out'; then grep -q 'back-to-back steps measured, at least' '$i35/fit.out'
+           elif awk -v m='${fit_median:-0}' 'BEGIN { exit !(m > 35) }'; then
              grep -q '^exit 3' '$i35/fit.out' && grep -q 'the linear fit was refused, profile not written' '$i35/fit.out' &&
                [ ! -s '$i35/fit.yaml' ]
            else grep -q '^exit 0' '$i35/fit.out' && grep -q '^# measured under: load average' '$i35/fit.yaml'; fi"
