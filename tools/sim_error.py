@@ -5,11 +5,14 @@ judged against the machine's own noise.
   tools/sim_error.py [--json FILE] CASE_DIR...   each CASE_DIR holds measured_1..N/ and simulated/ run folders
   tools/sim_error.py --max-spread CASE_DIR       prints the largest measured spread of the case (a fraction)
 
-For each case: TTFT and TPOT (mean, p99) measured (median of the repetitions, with their spread
-(max - min) / median) and simulated, the simulation's error against the measured median, and the
-verdict. The target is the machine's noise floor: |error| within max(5 %, spread) for a mean and
-max(10 %, spread) for a p99. A figure whose spread is above 15 % is "noisy": it is shown but not
-counted either way (tools/sim-vs-measured measures such a case again first). A case with one
+For each case: TTFT and TPOT (mean, p50, p90, p99) and ITL (p50, p90, p99) measured (median of the
+repetitions, with their spread (max - min) / median) and simulated, the simulation's error against
+the measured median, and the verdict. The target is the machine's noise floor: |error| within
+max(5 %, spread) for a mean or a median (p50) and max(10 %, spread) for a tail (p90, p99). Medians
+are the figures to trust on a shared machine: a mean or a p99 follows the few steps another
+process preempted, a median does not. A figure whose spread is above 15 % is "noisy": it is shown
+but not counted either way (tools/sim-vs-measured measures such a case again first). A figure the
+summaries do not hold (an older summary.json) is shown as "-" and not counted. A case with one
 measured run has no spread: its target is the fixed floor, and the verdict says so.
 Then, over every measured repetition, the per-step prediction error (steps.csv: predicted_ms,
 the cost model's price of the step, against elapsed_ms) by kind: decode-only, prefill-only,
@@ -25,13 +28,14 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import tandem_tools as tt  # noqa: E402
 
-KEYS = ["ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99"]
-FLOOR = {"mean": 0.05, "p99": 0.10}  # the fixed part of the target, by statistic
+KEYS = ["ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99",
+        "itl_p50", "itl_p90", "itl_p99"]
+FLOOR = {"mean": 0.05, "p50": 0.05, "p90": 0.10, "p99": 0.10}  # the fixed part of the target, by statistic
 NOISY = 0.15                         # a measured spread above this is not counted
 
 
 def floor_of(key):
-    return FLOOR["p99"] if key.endswith("_p99") else FLOOR["mean"]
+    return FLOOR[key.rsplit("_", 1)[1]]
 
 
 def spread_of(values):
@@ -98,7 +102,7 @@ def max_spread(case):
     if not measured:
         return tt.NAN
     ms = [tt.read_summary(os.path.join(case, d)) for d in measured]
-    s = [spread_of([tt.metric(m, k) for m in ms]) for k in KEYS]
+    s = [spread_of([tt.metric(m, k) for m in ms]) for k in KEYS]  # absent figures: nan, left out
     s = [x for x in s if not tt.is_nan(x)]
     return max(s) if s else tt.NAN
 
@@ -160,17 +164,20 @@ def main(argv):
             if not tt.is_nan(err):
                 worst = abs(err) if tt.is_nan(worst) else max(worst, abs(err))
             verdicts.append(verdict)
+            if not vals and tt.is_nan(sim):
+                continue  # no run holds this figure: no row
             figures[k] = {"measured": reps, "median": med, "spread": spread, "simulated": sim, "error": err,
                           "target": target, "verdict": verdict}
             rows.append([name, tt.metric_label(k, unit=False), tt.metric_unit(k), med, n_runs,
                          tt.fmt_pct(spread, sign=False), sim, tt.fmt_pct(err), tt.fmt_pct(target, sign=False),
                          verdict])
         # A figure too noisy to judge is not counted either way; a case is judged on the others,
-        # and needs at least half of its figures judged to count.
+        # and needs at least half of the figures its runs hold judged to count.
         judged = [v for v in verdicts if v in ("met", "missed")]
+        held = [v for v in verdicts if v != "-"]
         if "missed" in judged:
             case_verdict = "missed"
-        elif len(judged) * 2 < len(verdicts):
+        elif not held or len(judged) * 2 < len(held):
             case_verdict = "noisy"
         else:
             case_verdict = "met"
@@ -192,8 +199,8 @@ def main(argv):
     if rows:
         print(tt.format_table(["case", "metric", "unit", "measured", "runs", "spread %", "simulated", "error %",
                                "target %", "verdict"], rows, left=3,
-                              title="simulated vs measured; target: |error| within max(5 %, spread) for a mean, "
-                                    "max(10 %, spread) for a p99; spread above 15 %: noisy, not counted"))
+                              title="simulated vs measured; target: |error| within max(5 %, spread) for a mean or p50, "
+                                    "max(10 %, spread) for a p90 or p99; spread above 15 %: noisy, not counted"))
     if missing:
         print("\n".join(missing))
     if steps:
@@ -226,7 +233,7 @@ def main(argv):
     one_run = [c["case"] for c in cases_out if c["runs"] < 2]
     if one_run:
         print("measured once, so no spread (the target is the fixed floor): %s" % ", ".join(one_run))
-    print("largest |error| of a TTFT/TPOT figure: %s%%" % tt.fmt_pct(worst, sign=False))
+    print("largest |error| of a TTFT/TPOT/ITL figure: %s%%" % tt.fmt_pct(worst, sign=False))
     if json_path:
         with open(json_path, "w") as f:
             json.dump(no_nan({"floor": FLOOR, "noisy_above": NOISY, "cases": cases_out}), f, indent=1)

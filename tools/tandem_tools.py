@@ -46,6 +46,7 @@ METRICS = {
     "ttft_p99": ("TTFT p99", "ms", ("ttft_ms", "p99"), NAN),
     "tpot_mean": ("TPOT mean", "ms", ("tpot_ms", "mean"), NAN),
     "tpot_p50": ("TPOT p50", "ms", ("tpot_ms", "p50"), NAN),
+    "tpot_p90": ("TPOT p90", "ms", ("tpot_ms", "p90"), NAN),
     "tpot_p99": ("TPOT p99", "ms", ("tpot_ms", "p99"), NAN),
     "itl_p50": ("ITL p50", "ms", ("itl_ms", "p50"), NAN),
     "itl_p90": ("ITL p90", "ms", ("itl_ms", "p90"), NAN),

@@ -227,8 +227,35 @@ class SimError(unittest.TestCase):
         self.assertEqual(j(0.01, 0.20, "ttft_mean")[1], "noisy")          # above 15 %: not counted
         self.assertEqual(j(0.04, tt.NAN, "ttft_mean"), (0.05, "met"))     # one run: the floor
         self.assertEqual(j(tt.NAN, 0.02, "ttft_mean")[1], "-")
+        self.assertEqual(j(0.06, 0.02, "itl_p50"), (0.05, "missed"))      # a median: the 5 % floor
+        self.assertEqual(j(0.06, 0.02, "tpot_p90"), (0.10, "met"))        # p90: a tail, the 10 % floor
         self.assertTrue(tt.is_nan(self.se.spread_of([10.0])))
         self.assertAlmostEqual(self.se.spread_of([9.0, 10.0, 11.0]), 0.2)
+
+    def test_medians_judged(self):
+        """#39: p50s and p90s are judged beside means and p99s; a figure no run holds is not counted."""
+        d = os.path.join(self.tmp, "med")
+        fig = lambda m, p50, p90, p99: {"mean": m, "p50": p50, "p90": p90, "p99": p99}
+        for i, k in enumerate([1.0, 1.02, 0.99], 1):
+            os.makedirs(os.path.join(d, "measured_%d" % i))
+            with open(os.path.join(d, "measured_%d" % i, "summary.json"), "w") as f:
+                json.dump({"ttft_ms": fig(20 * k, 21 * k, 30 * k, 40 * k), "tpot_ms": fig(0.7 * k, 0.68 * k, 0.8, 1.0),
+                           "itl_ms": fig(0.7, 0.63 * k, 0.9, 1.2)}, f)
+        os.makedirs(os.path.join(d, "simulated"))
+        with open(os.path.join(d, "simulated", "summary.json"), "w") as f:  # TPOT p50 21 % low, the rest close
+            json.dump({"ttft_ms": fig(20, 21, 30, 40), "tpot_ms": fig(0.7, 0.54, 0.8, 1.0),
+                       "itl_ms": fig(0.7, 0.63, 0.9, 1.2)}, f)
+        js = os.path.join(self.tmp, "m.json")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.se.main(["--json", js, d])
+        self.assertRegex(out.getvalue(), r"med\s+TPOT p50\s+ms\s+0.6800\s+3\s+3.0\s+0.5400\s+-20.6\s+5.0\s+missed")
+        self.assertRegex(out.getvalue(), r"med\s+ITL p90\s+ms\s+0.9000\s+3\s+0.0\s+0.9000\s+\+0.0\s+10.0\s+met")
+        with open(js) as f:
+            c = json.load(f)["cases"][0]
+        self.assertEqual(c["verdict"], "missed")
+        self.assertEqual(c["figures"]["tpot_p50"]["verdict"], "missed")
+        self.assertEqual(c["figures_met"], 10)
 
     def test_table_json_and_max_spread(self):
         good = self.case("good", [(100, 200, 10, 20), (102, 210, 10.2, 21), (98, 190, 9.8, 19)], (103, 215, 10.4, 21.5))
