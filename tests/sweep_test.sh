@@ -102,6 +102,11 @@ inst = s["instances"]
 assert float(row["utilisation.busy_max"]) == max(i["busy_fraction"] for i in inst), (row, inst)
 assert float(row["utilisation.kv_peak_max"]) == max(i["kv_peak_util"] for i in inst), (row, inst)
 assert 0 < float(row["utilisation.busy_max"]) <= 1 and row["utilisation.prefill_busy"] == "", row
+# ... and its model FLOPs and MFU, as summary.json's utilisation says (h200: a known peak).
+u = s["utilisation"]
+assert float(row["utilisation.model_flops"]) == u["model_flops"] > 0, (row, u)
+assert float(row["utilisation.mfu"]) == u["mfu"] and 0 < u["mfu"] < 1, (row, u)
+assert row["utilisation.prefill_mfu"] == "" and row["utilisation.decode_mfu"] == "", row
 PY
 # ... and in 1P1D each side's busy share, the busiest of the two as busy_max.
 cat >"$tmp/pd.yaml" <<EOF
@@ -119,6 +124,24 @@ row = list(csv.DictReader(open(sys.argv[1])))[0]
 p, d = float(row["utilisation.prefill_busy"]), float(row["utilisation.decode_busy"])
 assert 0 < p <= 1 and 0 < d <= 1 and float(row["utilisation.busy_max"]) == max(p, d), row
 print("1P1D utilisation: prefill busy %.3f, decode busy %.3f" % (p, d))
+# Each side's MFU over its own GPU; the run's over both (alike GPUs: the mean of the two).
+pm, dm, m = (float(row["utilisation." + k]) for k in ("prefill_mfu", "decode_mfu", "mfu"))
+assert 0 < dm < pm < 1 and abs(m - (pm + dm) / 2) <= 1e-12, row
+print("1P1D MFU: prefill %.4f, decode %.4f, run %.4f" % (pm, dm, m))
+PY
+# MFU is empty, never made up, where the hardware has no peak (a fitted profile): FLOPs still counted.
+cat >"$tmp/fitted.yaml" <<EOF
+workload: $src/workloads/cpu_tiny.yaml
+configs:
+  - name: fitted
+    set: {hardware: $src/workloads/profiles/cpu-tiny.yaml}
+rates: [5]
+EOF
+expect 0 "fitted" -- sweep "$tmp/fitted.yaml" --out "$tmp/fitted"
+python3 - "$tmp/fitted/results.csv" <<'PY' && ok || fail "utilisation: an MFU without a peak"
+import csv, sys
+row = list(csv.DictReader(open(sys.argv[1])))[0]
+assert row["utilisation.mfu"] == "" and float(row["utilisation.model_flops"]) > 0, row
 PY
 # requests.arrival.normalize: the gaps scaled so the offered rate is the configured one (vLLM's).
 cat >"$tmp/norm.yaml" <<EOF
@@ -317,6 +340,15 @@ for name, r in rows.items():
 # The answer is the cheapest of those whose capacity is at least 60: these two alone miss it.
 assert float(rows["one"]["capacity"]) < 60 and float(rows["pcie"]["capacity"]) < 60, rows
 assert float(rows["dp2"]["capacity"]) >= 60, rows["dp2"]
+PY
+python3 - "$tmp/cost/capacity.csv" "$tmp/cost/results.csv" <<'PY' && ok || fail "cost: mfu_at_capacity is not the MFU of the run at the capacity"
+import csv, sys
+runs = list(csv.DictReader(open(sys.argv[2])))
+for r in csv.DictReader(open(sys.argv[1])):
+    at = [x for x in runs if x["name"] == r["name"] and x["rate"] == r["capacity"]]
+    assert len(at) == 1 and r["mfu_at_capacity"] == at[0]["utilisation.mfu"], (r, at)
+    assert 0 < float(r["mfu_at_capacity"]) < 1, r
+    print("cost: %s MFU at capacity %.4f" % (r["name"], float(r["mfu_at_capacity"])))
 PY
 # Without prices, tandem's example prices, labelled as examples; bad cost sections exit 2 naming the field.
 sed -i '/gpu_hour_usd/d' "$tmp/cost.yaml"
