@@ -350,6 +350,48 @@ for r in csv.DictReader(open(sys.argv[1])):
     assert 0 < float(r["mfu_at_capacity"]) < 1, r
     print("cost: %s MFU at capacity %.4f" % (r["name"], float(r["mfu_at_capacity"])))
 PY
+# 1P1D's P and D sizes as grid axes (#34): each point's GPUs are P's TP + D's, priced by each
+# side's own hardware (P on h200-pcie here); each side's MFU over its own GPUs; vLLM's layout has
+# num_gpus alone (no TP x DP product counts a 1P1D point's GPUs).
+cat >"$tmp/pdsize.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 200, disaggregation.enabled: true, disaggregation.prefill.hardware: h200-pcie}
+grid:
+  disaggregation.prefill.tp: [1, 2]
+  disaggregation.decode.tp: [1, 2]
+capacity:
+  slo: {ttft_p99_ms: 2000, tpot_p99_ms: 60}
+  lo: 1
+  hi: 200
+  tolerance: 0.1
+cost:
+  gpu_hour_usd: {h200: 2, h200-pcie: 1.5}
+EOF
+expect 0 "1P1D, 4 GPUs, TTFT@P" -- sweep "$tmp/pdsize.yaml" --out "$tmp/pdsize" -j 2
+python3 - "$tmp/pdsize" <<'PY' && ok || fail "1P1D sizes: GPUs, prices, MFU or vLLM records per P and D size"
+import csv, glob, json, os, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(d, "capacity.csv"))))
+assert len(rows) == 4, rows
+runs = list(csv.DictReader(open(os.path.join(d, "results.csv"))))
+for r in rows:
+    p, dd = int(r["disaggregation.prefill.tp"]), int(r["disaggregation.decode.tp"])
+    assert int(r["gpus"]) == p + dd, r
+    assert float(r["usd_per_hour"]) == 1.5 * p + 2 * dd, r
+    assert r["status"] == "found" and 0 < float(r["mfu_at_capacity"]) < 1, r
+    for x in runs:
+        if x["name"] == r["name"]:
+            assert x["layout"] == "1P1D, %d GPUs, TTFT@P" % (p + dd), x["layout"]
+            assert float(x["utilisation.prefill_mfu"]) > 0 and float(x["utilisation.decode_mfu"]) > 0, x
+    print("1P1D P tp %d + D tp %d: %s GPUs, $%s/hour, capacity %.4g, MFU at capacity %.4f"
+          % (p, dd, r["gpus"], r["usd_per_hour"], float(r["capacity"]), float(r["mfu_at_capacity"])))
+records = [json.load(open(f))[0] for f in glob.glob(os.path.join(d, "vllm", "*", "summary.json"))]
+assert len(records) == len(runs), (len(records), len(runs))
+for rec in records:
+    p, dd = rec["disaggregation.prefill.tp"], rec["disaggregation.decode.tp"]
+    assert rec["num_gpus"] == p + dd and "tensor_parallel_size" not in rec and "data_parallel_size" not in rec, rec
+PY
+
 # Without prices, tandem's example prices, labelled as examples; bad cost sections exit 2 naming the field.
 sed -i '/gpu_hour_usd/d' "$tmp/cost.yaml"
 expect 0 "tandem's example prices, not quotes" -- sweep "$tmp/cost.yaml" --out "$tmp/cost-ex" -j 2
