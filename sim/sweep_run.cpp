@@ -34,9 +34,9 @@ const std::vector<std::string>& sweep_metric_columns() {
       c.push_back(k);
     // Utilisation: model_flops and mfu as summary.json has them (mfu empty where the peak is
     // unknown); the rest simulate_point sets from summary.json's instances.
-    for (const char* k : {"utilisation.busy_max", "utilisation.kv_peak_max", "utilisation.prefill_busy",
-                          "utilisation.decode_busy", "utilisation.model_flops", "utilisation.mfu",
-                          "utilisation.prefill_mfu", "utilisation.decode_mfu"})
+    for (const char* k :
+         {"utilisation.busy_max", "utilisation.kv_peak_max", "utilisation.prefill_busy", "utilisation.decode_busy",
+          "utilisation.model_flops", "utilisation.mfu", "utilisation.prefill_mfu", "utilisation.decode_mfu"})
       c.push_back(k);
     return c;
   }();
