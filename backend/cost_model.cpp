@@ -11,13 +11,9 @@ namespace tandem {
 
 AnalyticalCostModel::AnalyticalCostModel(const ModelSpec& m, const HardwareSpec& hw, int32_t tp)
     : m_(m), hw_(hw), tp_(tp) {
-  linear_flops_per_token_ = 2.0 * m.linear_params();
-  lm_head_flops_per_sample_ = 2.0 * double(m.hidden) * m.vocab;
   // Every step streams the linear weights and the LM head; the embedding is only gathered.
   weight_bytes_ = (m.linear_params() + double(m.hidden) * m.vocab) * m.dtype_bytes();
   kv_bytes_per_token_ = m.kv_bytes_per_token();
-  // QK^T and PV: 2 FLOPs each per (query, key) pair, per head dim, per head, per layer.
-  attn_flops_per_pair_ = 4.0 * m.layers * m.heads * m.head_dim();
   // Activations in and out of each layer's GEMMs: small next to the weights, but counted. The
   // MLP's intermediate is written and read once per matrix before down (SwiGLU: gate and up; a
   // two-matrix MLP: up).
@@ -37,18 +33,39 @@ PlanFeatures plan_features(const StepPlan& plan) {
   return f;
 }
 
+StepFlops step_flops(const ModelSpec& m, const PlanFeatures& f) {
+  StepFlops fl;
+  fl.linear = 2.0 * m.linear_params() * f.tokens;
+  fl.lm_head = 2.0 * double(m.hidden) * m.vocab * f.samples;
+  fl.attention = 4.0 * m.layers * m.heads * m.head_dim() * f.attn_pairs;
+  return fl;
+}
+
+StepFlops step_flops(const ModelSpec& m, const StepPlan& plan) { return step_flops(m, plan_features(plan)); }
+
+std::optional<double> mfu_peak_flops(const HardwareSpec& hw) {
+  if (hw.fitted || hw.profiled || !(hw.peak_flops > 0)) return std::nullopt;
+  return hw.peak_flops;
+}
+
+std::optional<double> model_flops_utilisation(double flops, double seconds, double gpus,
+                                              std::optional<double> peak_flops) {
+  if (!peak_flops || !(*peak_flops > 0) || !(gpus > 0) || !(seconds > 0)) return std::nullopt;
+  return flops / (seconds * gpus * *peak_flops);
+}
+
 StepCost AnalyticalCostModel::estimate(const StepPlan& plan) const {
   StepCost c;
   if (plan.empty()) return c;
   const PlanFeatures f = plan_features(plan);
-  const double pairs = f.attn_pairs, kv_tokens_read = f.context_tokens;
-  const double tokens = f.tokens, samples = f.samples;
+  const StepFlops fl = step_flops(m_, f);
+  const double kv_tokens_read = f.context_tokens, tokens = f.tokens;
   const double n = tp_, lm_head_bytes = double(m_.hidden) * m_.vocab * m_.dtype_bytes();
-  const double gemm_flops = linear_flops_per_token_ * tokens / n + lm_head_flops_per_sample_ * samples;
+  const double gemm_flops = fl.linear / n + fl.lm_head;  // the LM head runs whole on every rank
   const double gemm_bytes = (weight_bytes_ - lm_head_bytes) / n + lm_head_bytes + act_bytes_per_token_ * tokens / n;
   c.gemm_s = std::max(gemm_flops / hw_.peak_flops, gemm_bytes / hw_.mem_bandwidth);
   const double attn_bytes = kv_bytes_per_token_ * (kv_tokens_read + tokens) / n;  // read context, write new
-  c.attention_s = std::max(attn_flops_per_pair_ * pairs / n / hw_.peak_flops, attn_bytes / hw_.mem_bandwidth);
+  c.attention_s = std::max(fl.attention / n / hw_.peak_flops, attn_bytes / hw_.mem_bandwidth);
   c.overhead_s = hw_.step_overhead_s;
   if (tp_ > 1) {  // ring all-reduce of T x hidden activations, after attention and after the MLP
     const double bytes = tokens * m_.hidden * m_.dtype_bytes();

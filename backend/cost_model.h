@@ -3,6 +3,7 @@
 // reports/stage1-continuous-batching/design.md.
 #pragma once
 #include <memory>
+#include <optional>
 
 #include "backend/executor.h"
 #include "backend/specs.h"
@@ -20,8 +21,7 @@ class AnalyticalCostModel final : public cost_model_i {
  private:
   ModelSpec m_;
   HardwareSpec hw_;
-  double linear_flops_per_token_, lm_head_flops_per_sample_, weight_bytes_;
-  double kv_bytes_per_token_, attn_flops_per_pair_, act_bytes_per_token_;
+  double weight_bytes_, kv_bytes_per_token_, act_bytes_per_token_;
   int32_t tp_;
 };
 
@@ -67,6 +67,31 @@ struct PlanFeatures {
   double context_tokens = 0;  // KV positions read (context + new)
 };
 PlanFeatures plan_features(const StepPlan& plan);
+
+// The model FLOPs of a step: what the model's math needs for the plan's tokens, whatever runs it
+// and however it is split (MFU's numerator, counted as PaLM's appendix B counts it):
+//   linear    = 2 x linear_params x tokens              a multiply and an add per weight per token
+//   lm_head   = 2 x hidden x vocab x samples            only the rows that sample
+//   attention = 4 x layers x heads x head_dim x pairs   QK^T and PV, 2 FLOPs each per (query, key)
+//               pair; pairs = PlanFeatures::attn_pairs, the sum over sequences of n x c0 + n (n + 1) / 2
+//               (n new tokens after c0 computed: causal)
+// Under TP the ranks share these FLOPs (the LM head, computed on every rank, counts once); the
+// roofline divides them by the ranks. Norms, RoPE, softmax and the embedding gather are left out.
+// The one definition: the analytical cost model prices these FLOPs, the engine sums them for MFU.
+struct StepFlops {
+  double linear = 0, lm_head = 0, attention = 0;
+  double total() const { return linear + lm_head + attention; }
+};
+StepFlops step_flops(const ModelSpec& m, const PlanFeatures& f);
+StepFlops step_flops(const ModelSpec& m, const StepPlan& plan);
+
+// The peak FLOP/s per GPU that MFU divides by: a roofline spec's peak_flops; nullopt for a fitted
+// or profiled spec, whose step times are measured and which has no peak.
+std::optional<double> mfu_peak_flops(const HardwareSpec& hw);
+// Model FLOPs utilisation: `flops` over what `gpus` GPUs of `peak_flops` each do in `seconds`;
+// nullopt where no GPU, no peak or no time makes it a figure (never a made-up number).
+std::optional<double> model_flops_utilisation(double flops, double seconds, double gpus,
+                                              std::optional<double> peak_flops);
 
 // The profiled or fitted model when the hardware spec carries one, else the analytical roofline.
 std::unique_ptr<cost_model_i> make_cost_model(const ModelSpec& m, const HardwareSpec& hw, int32_t tp = 1);

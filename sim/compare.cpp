@@ -243,7 +243,7 @@ std::vector<std::pair<std::string, double>> instance_rows(const nlohmann::json& 
     if (!i.is_object()) continue;
     const std::string role = i.contains("role") && i["role"].is_string() ? i["role"].get<std::string>() : "instance";
     const int k = seen[role]++;
-    for (const char* f : {"steps", "busy_fraction", "kv_mean_util", "kv_peak_util"})
+    for (const char* f : {"steps", "busy_fraction", "kv_mean_util", "kv_peak_util", "mfu"})
       if (i.contains(f) && i[f].is_number())
         out.emplace_back(fmt::format("instances.{}[{}].{}", role, k, f), i[f].get<double>());
   }
@@ -289,6 +289,8 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
                         "prefix_cache.evictions",
                         "kv_cache.mean_util",
                         "kv_cache.peak_util",
+                        "utilisation.model_flops",
+                        "utilisation.mfu",                     // null where the peak is unknown: printed as "-"
                         "disaggregation.transfers.delivered",  // 1P1D: printed when either run has it
                         "disaggregation.transfers.failed",
                         "disaggregation.bytes",
@@ -302,10 +304,14 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
                         "sim_s",
                         "wall_s"})
     keys.push_back(k);
-  // The optional metrics (goodput, steps_mix, ...) too: a number or absent, checked before printing.
+  // The optional metrics (goodput, steps_mix, ...) too: a number or absent, checked before printing;
+  // an MFU may also be null (summary.json writes null where the hardware's peak is unknown).
+  const auto unknown = [](const std::string& k, const nlohmann::json* v) {
+    return k == "utilisation.mfu" && v->is_null();
+  };
   for (const auto& k : keys)
     for (const auto& [j, dir] : {std::pair{&a, &dir_a}, std::pair{&b, &dir_b}})
-      if (const nlohmann::json* v = lookup(*j, k); v && !v->is_number()) {
+      if (const nlohmann::json* v = lookup(*j, k); v && !v->is_number() && !unknown(k, v)) {
         std::cerr << fmt::format("tandem compare: {}/summary.json: field '{}': expected a number, got {}\n", *dir, k,
                                  v->dump());
         return 2;
@@ -332,12 +338,14 @@ int compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostrea
   // Rows: the keys above, then each instance's (by role). A row that one run has not (a 1P1D
   // figure of a colocated run, an instance of a role the other run lacks) prints "-" there.
   std::vector<std::tuple<std::string, std::optional<double>, std::optional<double>>> rows;
+  const auto number = [](const nlohmann::json* v) {
+    return v && v->is_number() ? std::optional(v->get<double>()) : std::nullopt;
+  };
   for (const auto& k : keys) {
     const nlohmann::json* va = lookup(a, k);
     const nlohmann::json* vb = lookup(b, k);
     if (!va && !vb) continue;
-    rows.emplace_back(k, va ? std::optional(va->get<double>()) : std::nullopt,
-                      vb ? std::optional(vb->get<double>()) : std::nullopt);
+    rows.emplace_back(k, number(va), number(vb));
   }
   // A's instances in their order, then B's that A has not; each instance's figures together.
   const std::vector<std::pair<std::string, double>> ia = instance_rows(a), ib = instance_rows(b);

@@ -108,12 +108,29 @@ RunLayout Engine::layout() const {
 void Engine::add_instance_figures(Summary& s) const {
   s.layout = layout();
   int64_t blocks = 0;
-  for (const auto& in : instances_) {
-    const double busy_s = in->busy_time * 1e-9;
-    s.instances.push_back({in->id, std::string(to_string(in->role)), in->kv.num_blocks(), in->num_steps,
-                           in->busy_time > 0 ? in->kv_used_time / in->busy_time : 0.0, in->kv_peak, busy_s,
-                           s.makespan_s > 0 ? busy_s / s.makespan_s : 0.0});
-    blocks += in->kv.num_blocks();
+  Utilisation& u = s.utilisation;
+  double gpus = 0, peak_x_gpus = 0;  // over the instances: their GPUs, and those GPUs' peaks summed
+  bool peaks_known = true;
+  for (size_t i = 0; i < instances_.size(); ++i) {
+    const Instance& in = *instances_[i];
+    const double busy_s = in.busy_time * 1e-9;
+    // MFU: its model FLOPs over what its own GPUs (its hardware's peak) could do in the makespan.
+    const int32_t in_gpus = s.layout.instances[i].gpus;
+    const std::optional<double> peak = mfu_peak_flops(specs_[size_t(in.id)].hardware);
+    s.instances.push_back({in.id, std::string(to_string(in.role)), in.kv.num_blocks(), in.num_steps,
+                           in.busy_time > 0 ? in.kv_used_time / in.busy_time : 0.0, in.kv_peak, busy_s,
+                           s.makespan_s > 0 ? busy_s / s.makespan_s : 0.0, in.model_flops,
+                           model_flops_utilisation(in.model_flops, s.makespan_s, in_gpus, peak)});
+    blocks += in.kv.num_blocks();
+    u.model_flops += in.model_flops;
+    gpus += in_gpus;
+    peak_x_gpus += peak ? *peak * in_gpus : 0.0;
+    peaks_known = peaks_known && peak && in_gpus > 0;
+  }
+  u.gpus = s.layout.num_gpus();
+  if (peaks_known && gpus > 0) {
+    u.peak_flops_per_gpu = peak_x_gpus / gpus;
+    u.mfu = model_flops_utilisation(u.model_flops, s.makespan_s, u.gpus, u.peak_flops_per_gpu);
   }
   // Several pools are never one figure: the total blocks here, each pool's use per instance.
   if (instances_.size() > 1) s.kv_blocks = blocks;
@@ -335,6 +352,7 @@ void Engine::finish_record(Instance& in) {
   in.kv_used_time += u * double(rec.elapsed);
   in.busy_time += double(rec.elapsed);
   in.kv_peak = std::max(in.kv_peak, u);
+  in.model_flops += step_flops(w_.model, plan).total();
   in.last_step_end = now_ + rec.elapsed;
 }
 

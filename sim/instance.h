@@ -58,6 +58,7 @@ struct Instance {
   Time last_step_end = 0;
   // KV use over its busy time (summary.json's per-instance figures).
   double kv_used_time = 0, busy_time = 0, kv_peak = 0;
+  double model_flops = 0;  // the sum of its steps' step_flops (backend/cost_model.h)
 };
 
 }  // namespace tandem

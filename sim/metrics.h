@@ -68,6 +68,18 @@ struct InstanceFigures {
   double kv_mean_util = 0, kv_peak_util = 0;  // over its own busy time and its own pool
   double busy_s = 0;                          // time in steps
   double busy_fraction = 0;                   // busy_s / the run's makespan
+  double model_flops = 0;                     // its steps' model FLOPs (step_flops)
+  std::optional<double> mfu;                  // model_flops / (makespan x its GPUs x peak); none: unknown
+};
+
+// The run's model FLOPs against what its GPUs could do over the makespan (summary.json's
+// `utilisation`). peak_flops_per_gpu: the GPUs' mean peak (one figure where all are alike); none
+// where an instance's peak is unknown (no GPU: the CPU backend; a fitted or profiled hardware),
+// and then no mfu either.
+struct Utilisation {
+  double model_flops = 0;
+  int32_t gpus = 0;
+  std::optional<double> peak_flops_per_gpu, mfu;
 };
 
 // Where a run served its requests: the record every output carries (summary.json `layout`, the
@@ -171,6 +183,7 @@ struct Summary {
   std::string prefix_off_reason;  // why prefix caching is off, when a rule turned it off
   RunLayout layout;
   std::vector<InstanceFigures> instances;  // one per instance
+  Utilisation utilisation;
   DisaggregationFigures disaggregation;
   // Set when the run ended early at run time (a decode worker lost): every request still in
   // flight failed with a reason; the outputs are written, and `tandem run` exits 1 with this.

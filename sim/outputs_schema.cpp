@@ -9,6 +9,10 @@
 namespace tandem {
 
 namespace {
+// A figure that may be unknown: null then, never a made-up number.
+nlohmann::json optional_number(const std::optional<double>& x) {
+  return x ? nlohmann::json(*x) : nlohmann::json(nullptr);
+}
 nlohmann::json pct_json(const Percentiles& p) {
   return {{"mean", p.mean}, {"p50", p.p50},    {"p90", p.p90}, {"p99", p.p99},
           {"max", p.max},   {"std", p.stddev}, {"count", p.n}};
@@ -100,9 +104,19 @@ nlohmann::json summary_json(const Summary& s, const Workload& w) {
                     {"kv_mean_util", f.kv_mean_util},
                     {"kv_peak_util", f.kv_peak_util},
                     {"busy_s", f.busy_s},
-                    {"busy_fraction", f.busy_fraction}});
+                    {"busy_fraction", f.busy_fraction},
+                    {"model_flops", f.model_flops},
+                    {"mfu", optional_number(f.mfu)}});
     j["instances"] = in;
   }
+  // MFU: null where the peak FLOP/s are unknown (no GPU, a fitted or profiled hardware).
+  const Utilisation& u = s.utilisation;
+  j["utilisation"] = {
+      {"model_flops", u.model_flops},
+      {"gpus", u.gpus},
+      {"peak_tflops_per_gpu",
+       optional_number(u.peak_flops_per_gpu ? std::optional(*u.peak_flops_per_gpu / 1e12) : std::nullopt)},
+      {"mfu", optional_number(u.mfu)}};
   j["layout"] = layout_json(s.layout);
   if (const DisaggregationFigures& d = s.disaggregation; d.enabled)
     j["disaggregation"] = {

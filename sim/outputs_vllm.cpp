@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "sim/engine.h"
+#include "sim/outputs_schema.h"
 
 namespace tandem {
 
@@ -226,6 +227,30 @@ bool VllmResult::read_tokens(ReqId id, std::vector<Time>& out) {
     done += size_t(got);
   }
   return true;
+}
+
+VllmGpuKeys vllm_gpu_keys(const nlohmann::json& layout) {
+  const auto integer = [](const nlohmann::json& o, const char* key) -> std::optional<int64_t> {
+    if (o.is_object() && o.contains(key) && o[key].is_number_integer()) return o[key].get<int64_t>();
+    return std::nullopt;
+  };
+  VllmGpuKeys k;
+  k.num_gpus = integer(layout, "num_gpus");
+  if (!k.num_gpus || *k.num_gpus <= 0) return k;
+  const bool pd = layout.contains("disaggregation") && layout["disaggregation"].is_boolean() &&
+                  layout["disaggregation"].get<bool>();
+  if (pd || !layout.contains("instances") || !layout["instances"].is_array() || layout["instances"].empty()) return k;
+  std::optional<int64_t> tp;
+  for (const nlohmann::json& in : layout["instances"]) {
+    const std::optional<int64_t> t = integer(in, "tp");
+    if (!t || (tp && *t != *tp)) return k;  // replicas of different TP: no one product
+    tp = t;
+  }
+  const int64_t dp = int64_t(layout["instances"].size());
+  if (*tp * dp != *k.num_gpus) return k;  // e.g. CUDA replicas sharing a device
+  k.tensor_parallel_size = tp;
+  k.data_parallel_size = dp;
+  return k;
 }
 
 bool VllmResult::write(const Engine& e, const Summary& s, const Workload& w) {
@@ -440,8 +465,15 @@ bool VllmResult::write(const Engine& e, const Summary& s, const Workload& w) {
     out.field_number(fmt::format("std_{}_ms", names[i]), per_metric[i].std);
     out.field_number(fmt::format("p99_{}_ms", names[i]), per_metric[i].p99);
   }
-  // tandem's own keys after vLLM's (as `vllm bench serve --metadata` adds keys): SLO attainment
-  // over all num_prompts requests, failed ones counting as misses; null without that bound.
+  // tandem's own keys after vLLM's (as `vllm bench serve --metadata` adds keys): the run's GPUs
+  // (vllm_gpu_keys, which plot_pareto's per-GPU figures need), then SLO attainment over all
+  // num_prompts requests, failed ones counting as misses; null without that bound.
+  const VllmGpuKeys gpus = vllm_gpu_keys(layout_json(s.layout));
+  out.field("num_gpus", gpus.num_gpus ? nlohmann::json(*gpus.num_gpus) : nlohmann::json(nullptr));
+  if (gpus.tensor_parallel_size && gpus.data_parallel_size) {
+    out.field_integer("tensor_parallel_size", *gpus.tensor_parallel_size);
+    out.field_integer("data_parallel_size", *gpus.data_parallel_size);
+  }
   const Attainment& a = s.attainment;
   auto fraction = [&](const char* k, bool has, double v) {
     out.key(k);

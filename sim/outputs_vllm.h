@@ -12,6 +12,8 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,17 @@ class Engine;
 
 // The vLLM release whose format vllm_result.json matches.
 inline constexpr const char* kVllmResultVersion = "0.34.0";
+
+// The GPU-count keys of a vLLM record, from a run's layout (summary.json's `layout` object), for
+// `tandem run`'s vllm_result.json and the sweep's vLLM layout alike. vLLM's plot_pareto divides a
+// throughput by tensor_parallel_size x data_parallel_size, or by the key --gpu-count-var names.
+// num_gpus: the layout's GPUs (nullopt where the layout is unknown; 0 on the CPU backend).
+// tensor_parallel_size and data_parallel_size: only for colocated replicas of one TP whose product
+// is those GPUs; a 1P1D layout has num_gpus alone (P's GPUs + D's are no TP x DP product).
+struct VllmGpuKeys {
+  std::optional<int64_t> num_gpus, tensor_parallel_size, data_parallel_size;
+};
+VllmGpuKeys vllm_gpu_keys(const nlohmann::json& layout);
 
 class VllmResult {
  public:

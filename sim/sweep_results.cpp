@@ -262,7 +262,8 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
   csv.append(",layout,layout.first_token_from,note\n");
   std::string cap_csv = "index,name";
   cap_csv.append(keys).append(",status,capacity,offered_at_capacity,first_missed,limited_by,runs,requests,finished_share");
-  cap_csv.append(",gpus,capacity_per_gpu").append(plan.cost ? ",usd_per_hour,requests_per_usd\n" : "\n");
+  cap_csv.append(",gpus,capacity_per_gpu").append(plan.cost ? ",usd_per_hour,requests_per_usd" : "");
+  cap_csv.append(",mfu_at_capacity\n");
   std::vector<int64_t> missing;
   nlohmann::json points = nlohmann::json::array();
   for (const auto& p : plan.points) {
@@ -308,6 +309,9 @@ std::vector<int64_t> write_sweep_outputs(const SweepPlan& plan, const std::map<i
         cap_csv.append(fmt::format(",{},{}", usd ? fmt::format("{}", *usd) : "",
                                    usd && cap && *usd > 0 ? fmt::format("{}", *cap * 3600 / *usd) : ""));
       }
+      // The run at the capacity: its MFU (empty without a capacity or where the peak is unknown).
+      const bool mfu = at && has_rate && (*at)["metrics"].contains("utilisation.mfu");
+      cap_csv.append(",").append(mfu ? num((*at)["metrics"]["utilisation.mfu"]) : "");
       cap_csv.append("\n");
     }
   }

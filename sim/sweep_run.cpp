@@ -32,9 +32,11 @@ const std::vector<std::string>& sweep_metric_columns() {
           "disaggregation.transfer_ms.p50", "disaggregation.ttft_after_transfer_ms.p99", "steps", "makespan_s",
           "layout.num_instances", "layout.num_gpus"})
       c.push_back(k);
-    // Utilisation (simulate_point sets them: summary.json has them per instance).
+    // Utilisation: model_flops and mfu as summary.json has them (mfu empty where the peak is
+    // unknown); the rest simulate_point sets from summary.json's instances.
     for (const char* k :
-         {"utilisation.busy_max", "utilisation.kv_peak_max", "utilisation.prefill_busy", "utilisation.decode_busy"})
+         {"utilisation.busy_max", "utilisation.kv_peak_max", "utilisation.prefill_busy", "utilisation.decode_busy",
+          "utilisation.model_flops", "utilisation.mfu", "utilisation.prefill_mfu", "utilisation.decode_mfu"})
       c.push_back(k);
     return c;
   }();
@@ -122,8 +124,10 @@ PointRun simulate_point(Workload workload, double rate, const std::optional<std:
   for (const InstanceFigures& f : s.instances) {
     busy_max = std::max(busy_max, f.busy_fraction);
     kv_peak_max = std::max(kv_peak_max, f.kv_peak_util);
-    if (f.role == "prefill" || f.role == "decode")
+    if (f.role == "prefill" || f.role == "decode") {
       metrics[fmt::format("utilisation.{}_busy", f.role)] = f.busy_fraction;
+      if (f.mfu) metrics[fmt::format("utilisation.{}_mfu", f.role)] = *f.mfu;
+    }
   }
   if (!s.instances.empty()) {
     metrics["utilisation.busy_max"] = busy_max;

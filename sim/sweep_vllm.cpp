@@ -6,6 +6,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "sim/outputs_vllm.h"
+
 namespace tandem {
 
 namespace fs = std::filesystem;
@@ -60,14 +62,14 @@ nlohmann::json vllm_sweep_record(const nlohmann::json& point, const nlohmann::js
       r[fmt::format("{}_{}_ms", stat, vllm)] = metric(fmt::format("{}.{}", ours, key));
   r["run_number"] = run_number;
   // The GPUs: vLLM's plot_pareto reads tensor_parallel_size x data_parallel_size unless told
-  // --gpu-count-var; both only where they multiply to the layout's GPUs (colocated replicas).
+  // --gpu-count-var; both only where they multiply to the layout's GPUs (vllm_gpu_keys).
   const nlohmann::json& layout =
       point.contains("layout") && point["layout"].is_object() ? point["layout"] : nlohmann::json::object();
-  if (layout.contains("num_gpus")) r["num_gpus"] = layout["num_gpus"];
-  if (!layout.value("disaggregation", false) && layout.contains("instances") && !layout["instances"].empty()) {
-    const nlohmann::json& first = layout["instances"][0];
-    r["tensor_parallel_size"] = first.value("tp", 1);
-    r["data_parallel_size"] = layout.value("data_parallel", 1);
+  const VllmGpuKeys gpus = vllm_gpu_keys(layout);
+  r["num_gpus"] = gpus.num_gpus ? nlohmann::json(*gpus.num_gpus) : nlohmann::json(nullptr);
+  if (gpus.tensor_parallel_size && gpus.data_parallel_size) {
+    r["tensor_parallel_size"] = *gpus.tensor_parallel_size;
+    r["data_parallel_size"] = *gpus.data_parallel_size;
   }
   // The point: its parameters under their tandem keys (vLLM's records carry their overrides so),
   // its name, the SLO verdict and the offered rate.

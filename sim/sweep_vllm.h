@@ -14,7 +14,7 @@ namespace tandem {
 // plots read), from one of a point's runs: request_rate, throughputs, mean/median/p90/p99 of
 // ttft/tpot/itl/e2el in ms, completed and failed, plus the point's parameters under their tandem
 // keys, num_gpus, and tensor_parallel_size / data_parallel_size where the layout is colocated
-// replicas (their product is then its GPUs; a 1P1D point has num_gpus only).
+// replicas (their product is then its GPUs; a 1P1D point has num_gpus only: vllm_gpu_keys).
 nlohmann::json vllm_sweep_record(const nlohmann::json& point, const nlohmann::json& run, int64_t run_number);
 
 // Writes DIR/vllm/SERVE-<point>-BENCH-request_rate=<rate>/summary.json (a list of one record)

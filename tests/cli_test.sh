@@ -1108,6 +1108,14 @@ expect 0 "^TTFT B: the prefill instance's first token, streamed before the KV tr
 check "compare prints no nan" bash -c "! '$tandem' compare '$lay/colo' '$lay/pd' | grep -qi nan"
 check "compare dp2 vs 1P1D: equal hardware, no warning" bash -c "! '$tandem' compare '$lay/dp2' '$lay/pd' | grep -q '^warning'"
 expect 0 "^instances.colocated\\[1\\].steps +[0-9.e+]+ +- +-$" -- compare "$lay/dp2" "$lay/pd"
+# MFU (#34): the run's and each instance's; '-' where the hardware has no peak (a fitted profile:
+# null in summary.json, which compare takes, never as a number).
+expect 0 "^utilisation.mfu +0\\.[0-9]+ +0\\.[0-9]+ +[-+][0-9.]+%$" -- compare "$lay/dp2" "$lay/pd"
+expect 0 "^instances.decode\\[0\\].mfu +- +0\\.[0-9]+ +-$" -- compare "$lay/dp2" "$lay/pd"
+expect 0 "" -- run "$src/workloads/cpu_tiny.yaml" --set "hardware=$src/workloads/profiles/cpu-tiny.yaml" \
+  --out "$lay/fitted" --trace none --quiet
+expect 0 "^utilisation.mfu +0\\.[0-9]+ +- +-$" -- compare "$lay/colo" "$lay/fitted"
+expect 0 "^instances.colocated\\[0\\].mfu +0\\.[0-9]+ +- +-$" -- compare "$lay/colo" "$lay/fitted"
 expect 0 "^TTFT B: the first token as the decode instance streams it" -- compare "$lay/pd" "$lay/pdd"
 # Written by tandem at 13ebbfb, before the layout was recorded.
 expect 0 "^A = .*pre_layout \\(sim, continuous, layout unknown\\)" -- compare "$src/tests/data/compare/pre_layout" "$lay/pd"

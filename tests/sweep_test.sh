@@ -102,6 +102,11 @@ inst = s["instances"]
 assert float(row["utilisation.busy_max"]) == max(i["busy_fraction"] for i in inst), (row, inst)
 assert float(row["utilisation.kv_peak_max"]) == max(i["kv_peak_util"] for i in inst), (row, inst)
 assert 0 < float(row["utilisation.busy_max"]) <= 1 and row["utilisation.prefill_busy"] == "", row
+# ... and its model FLOPs and MFU, as summary.json's utilisation says (h200: a known peak).
+u = s["utilisation"]
+assert float(row["utilisation.model_flops"]) == u["model_flops"] > 0, (row, u)
+assert float(row["utilisation.mfu"]) == u["mfu"] and 0 < u["mfu"] < 1, (row, u)
+assert row["utilisation.prefill_mfu"] == "" and row["utilisation.decode_mfu"] == "", row
 PY
 # ... and in 1P1D each side's busy share, the busiest of the two as busy_max.
 cat >"$tmp/pd.yaml" <<EOF
@@ -119,6 +124,24 @@ row = list(csv.DictReader(open(sys.argv[1])))[0]
 p, d = float(row["utilisation.prefill_busy"]), float(row["utilisation.decode_busy"])
 assert 0 < p <= 1 and 0 < d <= 1 and float(row["utilisation.busy_max"]) == max(p, d), row
 print("1P1D utilisation: prefill busy %.3f, decode busy %.3f" % (p, d))
+# Each side's MFU over its own GPU; the run's over both (alike GPUs: the mean of the two).
+pm, dm, m = (float(row["utilisation." + k]) for k in ("prefill_mfu", "decode_mfu", "mfu"))
+assert 0 < dm < pm < 1 and abs(m - (pm + dm) / 2) <= 1e-12, row
+print("1P1D MFU: prefill %.4f, decode %.4f, run %.4f" % (pm, dm, m))
+PY
+# MFU is empty, never made up, where the hardware has no peak (a fitted profile): FLOPs still counted.
+cat >"$tmp/fitted.yaml" <<EOF
+workload: $src/workloads/cpu_tiny.yaml
+configs:
+  - name: fitted
+    set: {hardware: $src/workloads/profiles/cpu-tiny.yaml}
+rates: [5]
+EOF
+expect 0 "fitted" -- sweep "$tmp/fitted.yaml" --out "$tmp/fitted"
+python3 - "$tmp/fitted/results.csv" <<'PY' && ok || fail "utilisation: an MFU without a peak"
+import csv, sys
+row = list(csv.DictReader(open(sys.argv[1])))[0]
+assert row["utilisation.mfu"] == "" and float(row["utilisation.model_flops"]) > 0, row
 PY
 # requests.arrival.normalize: the gaps scaled so the offered rate is the configured one (vLLM's).
 cat >"$tmp/norm.yaml" <<EOF
@@ -318,6 +341,57 @@ for name, r in rows.items():
 assert float(rows["one"]["capacity"]) < 60 and float(rows["pcie"]["capacity"]) < 60, rows
 assert float(rows["dp2"]["capacity"]) >= 60, rows["dp2"]
 PY
+python3 - "$tmp/cost/capacity.csv" "$tmp/cost/results.csv" <<'PY' && ok || fail "cost: mfu_at_capacity is not the MFU of the run at the capacity"
+import csv, sys
+runs = list(csv.DictReader(open(sys.argv[2])))
+for r in csv.DictReader(open(sys.argv[1])):
+    at = [x for x in runs if x["name"] == r["name"] and x["rate"] == r["capacity"]]
+    assert len(at) == 1 and r["mfu_at_capacity"] == at[0]["utilisation.mfu"], (r, at)
+    assert 0 < float(r["mfu_at_capacity"]) < 1, r
+    print("cost: %s MFU at capacity %.4f" % (r["name"], float(r["mfu_at_capacity"])))
+PY
+# 1P1D's P and D sizes as grid axes (#34): each point's GPUs are P's TP + D's, priced by each
+# side's own hardware (P on h200-pcie here); each side's MFU over its own GPUs; vLLM's layout has
+# num_gpus alone (no TP x DP product counts a 1P1D point's GPUs).
+cat >"$tmp/pdsize.yaml" <<EOF
+workload: $src/workloads/quickstart.yaml
+set: {requests.count: 200, disaggregation.enabled: true, disaggregation.prefill.hardware: h200-pcie}
+grid:
+  disaggregation.prefill.tp: [1, 2]
+  disaggregation.decode.tp: [1, 2]
+capacity:
+  slo: {ttft_p99_ms: 2000, tpot_p99_ms: 60}
+  lo: 1
+  hi: 200
+  tolerance: 0.1
+cost:
+  gpu_hour_usd: {h200: 2, h200-pcie: 1.5}
+EOF
+expect 0 "1P1D, 4 GPUs, TTFT@P" -- sweep "$tmp/pdsize.yaml" --out "$tmp/pdsize" -j 2
+python3 - "$tmp/pdsize" <<'PY' && ok || fail "1P1D sizes: GPUs, prices, MFU or vLLM records per P and D size"
+import csv, glob, json, os, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(d, "capacity.csv"))))
+assert len(rows) == 4, rows
+runs = list(csv.DictReader(open(os.path.join(d, "results.csv"))))
+for r in rows:
+    p, dd = int(r["disaggregation.prefill.tp"]), int(r["disaggregation.decode.tp"])
+    assert int(r["gpus"]) == p + dd, r
+    assert float(r["usd_per_hour"]) == 1.5 * p + 2 * dd, r
+    assert r["status"] == "found" and 0 < float(r["mfu_at_capacity"]) < 1, r
+    for x in runs:
+        if x["name"] == r["name"]:
+            assert x["layout"] == "1P1D, %d GPUs, TTFT@P" % (p + dd), x["layout"]
+            assert float(x["utilisation.prefill_mfu"]) > 0 and float(x["utilisation.decode_mfu"]) > 0, x
+    print("1P1D P tp %d + D tp %d: %s GPUs, $%s/hour, capacity %.4g, MFU at capacity %.4f"
+          % (p, dd, r["gpus"], r["usd_per_hour"], float(r["capacity"]), float(r["mfu_at_capacity"])))
+records = [json.load(open(f))[0] for f in glob.glob(os.path.join(d, "vllm", "*", "summary.json"))]
+assert len(records) == len(runs), (len(records), len(runs))
+for rec in records:
+    p, dd = rec["disaggregation.prefill.tp"], rec["disaggregation.decode.tp"]
+    assert rec["num_gpus"] == p + dd and "tensor_parallel_size" not in rec and "data_parallel_size" not in rec, rec
+PY
+
 # Without prices, tandem's example prices, labelled as examples; bad cost sections exit 2 naming the field.
 sed -i '/gpu_hour_usd/d' "$tmp/cost.yaml"
 expect 0 "tandem's example prices, not quotes" -- sweep "$tmp/cost.yaml" --out "$tmp/cost-ex" -j 2

@@ -857,3 +857,127 @@ TEST_CASE("1P1D first_token_from: decode: TTFT is the after-transfer figure; TPO
   CHECK(sp.goodput_fraction >= 0.5);
   CHECK(sd.goodput_fraction <= 0.5);
 }
+
+namespace {
+// An executor priced as the simulator prices it but named as the CPU backend: its instances hold
+// no GPU (InstanceLayout::gpus 0), as the CPU backend's ranks do.
+struct CpuNamedExecutor final : executor_i {
+  SimExecutor inner;
+  explicit CpuNamedExecutor(const Workload& w) : inner(std::make_unique<AnalyticalCostModel>(w.model, w.hardware)) {}
+  StepResult execute(const StepPlan& plan) override { return inner.execute(plan); }
+  std::string name() const override { return "cpu"; }
+  bool simulated() const override { return true; }
+};
+
+// The cost model's hand-priced shape (above): linear_params 122,880; one request, a 100-token
+// prompt and 4 output tokens, on 1 TFLOP/s GPUs.
+const char* kFlopsWorkload = R"(model: {name: hand, layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn: 256, vocab: 1000,
+        dtype: fp16, max_model_len: 512}
+hardware: {peak_tflops: 1, mem_bandwidth_tbs: 1, step_overhead_us: 10, memory_gb: 1, link_bandwidth_gbs: 50,
+           link_latency_us: 1}
+requests: {count: 1, arrival: {process: burst}, prompt_len: 100, output_len: 4}
+)";
+}  // namespace
+
+// Model FLOPs by hand. The prefill step: 100 tokens, 1 sample, 100 x 101 / 2 = 5,050 causal pairs.
+// Three decode steps of one token after 100, 101, 102 computed: 101 + 102 + 103 = 306 pairs.
+//   linear    2 x 122,880 x tokens; lm_head 2 x 64 x 1,000 x samples; attention 4 x 2 x 4 x 16 x pairs
+//   prefill   24,576,000 + 128,000 + 2,585,600 = 27,289,600
+//   decodes      737,280 + 384,000 +   156,672 =  1,277,952
+//   run       25,313,280 + 512,000 + 2,742,272 = 28,567,552
+TEST_CASE("MFU: a run's model FLOPs counted by hand at TP 1, TP 2 and 1P1D, over its GPUs' peak") {
+  StepPlan prefill;
+  prefill.add({0, 100, 0, true, {}}, 100);
+  const Workload hand = parse_workload(kFlopsWorkload, "w.yaml");
+  const StepFlops pf = step_flops(hand.model, prefill);
+  CHECK(pf.linear == 24576000.0);
+  CHECK(pf.lm_head == 128000.0);
+  CHECK(pf.attention == 2585600.0);
+  CHECK(pf.total() == 27289600.0);
+  const double run_flops = 28567552.0, p_flops = 27289600.0, d_flops = 1277952.0;
+  const auto mfu = [](double flops, double seconds, double gpus) { return flops / (seconds * gpus * 1e12); };
+
+  for (const char* tp : {"1", "2"}) {
+    CAPTURE(tp);
+    Run run(kFlopsWorkload, {{"engine.tp", tp}});
+    const Summary s = run.engine->run();
+    const double gpus = std::stod(tp);
+    REQUIRE(s.finished == 1);
+    REQUIRE(s.instances.size() == 1);
+    CHECK(s.steps == 4);
+    CHECK(s.instances[0].model_flops == run_flops);  // the same FLOPs however many ranks share them
+    CHECK(s.utilisation.model_flops == run_flops);
+    CHECK(s.utilisation.gpus == int32_t(gpus));
+    REQUIRE(s.utilisation.peak_flops_per_gpu);
+    CHECK(*s.utilisation.peak_flops_per_gpu == 1e12);
+    REQUIRE(s.utilisation.mfu);
+    CHECK(*s.utilisation.mfu == mfu(run_flops, s.makespan_s, gpus));
+    REQUIRE(s.instances[0].mfu);
+    CHECK(*s.instances[0].mfu == *s.utilisation.mfu);
+    CHECK(*s.utilisation.mfu > 0);
+    CHECK(*s.utilisation.mfu < 1);
+    const nlohmann::json j = summary_json(s, run.w);
+    CHECK(j["utilisation"]["model_flops"] == run_flops);
+    CHECK(j["utilisation"]["gpus"] == int32_t(gpus));
+    CHECK(j["utilisation"]["peak_tflops_per_gpu"] == 1.0);
+    CHECK(j["utilisation"]["mfu"] == *s.utilisation.mfu);
+    CHECK(j["instances"][0]["model_flops"] == run_flops);
+    CHECK(j["instances"][0]["mfu"] == *s.instances[0].mfu);
+  }
+
+  // 1P1D: P computes the prompt and samples the first token, D the three decodes; each instance's
+  // MFU over its own GPU, the run's over both.
+  Run pd(kFlopsWorkload, {kPd});
+  const Summary s = pd.engine->run();
+  REQUIRE(s.finished == 1);
+  REQUIRE(s.instances.size() == 2);
+  CHECK(s.instances[0].role == "prefill");
+  CHECK(s.instances[0].model_flops == p_flops);
+  CHECK(s.instances[1].model_flops == d_flops);
+  CHECK(s.utilisation.model_flops == run_flops);
+  CHECK(s.utilisation.gpus == 2);
+  REQUIRE(s.instances[0].mfu);
+  REQUIRE(s.instances[1].mfu);
+  CHECK(*s.instances[0].mfu == mfu(p_flops, s.makespan_s, 1));
+  CHECK(*s.instances[1].mfu == mfu(d_flops, s.makespan_s, 1));
+  REQUIRE(s.utilisation.mfu);
+  CHECK(*s.utilisation.mfu == mfu(run_flops, s.makespan_s, 2));
+}
+
+TEST_CASE("MFU is unknown, never made up, without a peak: no GPU (CPU backend), a fitted hardware profile") {
+  // The CPU backend's instances hold no GPU: FLOPs counted, no MFU.
+  const Workload w = parse_workload(kFlopsWorkload, "w.yaml");
+  CpuNamedExecutor cpu(w);
+  VirtualClock clock;
+  Engine on_cpu(w, generate_requests(w), cpu, clock);
+  const Summary c = on_cpu.run();
+  CHECK(c.utilisation.model_flops == 28567552.0);
+  CHECK(c.utilisation.gpus == 0);
+  CHECK_FALSE(c.utilisation.peak_flops_per_gpu);
+  CHECK_FALSE(c.utilisation.mfu);
+  CHECK_FALSE(c.instances[0].mfu);
+  const nlohmann::json j = summary_json(c, w);
+  CHECK(j["utilisation"]["mfu"].is_null());
+  CHECK(j["utilisation"]["peak_tflops_per_gpu"].is_null());
+  CHECK(j["instances"][0]["mfu"].is_null());
+
+  // A fitted profile prices steps from measured coefficients and has no peak.
+  std::string fitted = kFlopsWorkload;
+  const size_t at = fitted.find("hardware:");
+  fitted.replace(at, fitted.find("requests:") - at,
+                 "hardware: {memory_gb: 1, fitted: {backend: cpu, model: hand, overhead_us: 10, per_token_us: 1, "
+                 "per_seq_us: 0, per_attn_pair_ns: 0, per_context_token_ns: 0, per_sample_us: 0}}\n");
+  const Workload fw = parse_workload(fitted, "w.yaml");
+  REQUIRE(fw.hardware.fitted);
+  SimExecutor fitted_exec(make_cost_model(fw.model, fw.hardware));
+  VirtualClock fitted_clock;
+  Engine on_fitted(fw, generate_requests(fw), fitted_exec, fitted_clock);
+  const Summary f = on_fitted.run();
+  CHECK(f.utilisation.model_flops == 28567552.0);
+  CHECK(f.utilisation.gpus == 1);
+  CHECK_FALSE(f.utilisation.mfu);
+  CHECK_FALSE(f.instances[0].mfu);
+  CHECK_FALSE(model_flops_utilisation(1e12, 1, 1, std::nullopt));
+  CHECK_FALSE(model_flops_utilisation(1e12, 0, 1, 1e12));
+  CHECK(*model_flops_utilisation(1e12, 2, 1, 1e12) == 0.5);
+}

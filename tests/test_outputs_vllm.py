@@ -30,8 +30,11 @@ ARRAYS = ["input_lens", "output_lens", "ttfts", "itls", "latencies", "start_time
 # The two of them vLLM 0.34 keeps in a plain --save-result too (its list of per-request fields to
 # drop without --save-detailed names neither).
 KEPT_ARRAYS = ["latencies", "queue_times"]
-# tandem's keys after vLLM's (as `--metadata` adds keys): SLO attainment over all requests.
-TANDEM_KEYS = ["slo_attainment_ttft", "slo_attainment_tpot", "slo_attainment", "slo_attainment_denominator"]
+# tandem's keys after vLLM's (as `--metadata` adds keys): the GPUs (vLLM's sweep records carry
+# tensor_parallel_size and data_parallel_size, which plot_pareto multiplies; colocated layouts
+# only), then SLO attainment over all requests.
+GPU_KEYS = ["num_gpus", "tensor_parallel_size", "data_parallel_size"]
+TANDEM_KEYS = GPU_KEYS + ["slo_attainment_ttft", "slo_attainment_tpot", "slo_attainment", "slo_attainment_denominator"]
 
 
 def load(path):
@@ -262,6 +265,38 @@ class VllmResultTest(unittest.TestCase):
         self.assertTrue(close(r["mean_ttft_ms"], s["ttft_ms"]["mean"], rel=1e-6))
         self.assertTrue(close(r["request_throughput"], s["throughput"]["requests_per_s"]))
         self.assert_statistics(r)
+
+    def test_gpu_count_keys(self):
+        # vLLM's plot_pareto divides by tensor_parallel_size x data_parallel_size (or by the
+        # --gpu-count-var key): both only where the layout is colocated replicas, whose GPUs they
+        # multiply to; 1P1D has num_gpus alone (P's GPUs + D's), which no TP x DP product describes.
+        quickstart = os.path.join(SOURCE, "workloads/quickstart.yaml")
+        cases = [  # extra --set, then num_gpus, tensor_parallel_size, data_parallel_size (None: absent)
+            ([], 1, 1, 1),
+            (["engine.tp=2"], 2, 2, 1),
+            (["engine.data_parallel=2"], 2, 1, 2),
+            (["engine.tp=2", "engine.data_parallel=2"], 4, 2, 2),
+            (["disaggregation.enabled=true"], 2, None, None),
+            (["disaggregation.enabled=true", "disaggregation.prefill.tp=2"], 3, None, None),
+        ]
+        for sets, gpus, tp, dp in cases:
+            args = ["--trace", "none", "--set", "requests.count=40"]
+            for kv in sets:
+                args += ["--set", kv]
+            run = Run(quickstart, *args)
+            r, layout = run.vllm, run.summary["layout"]
+            self.assertEqual(layout["num_gpus"], gpus, sets)  # the figure the keys must repeat
+            self.assertEqual(r["num_gpus"], gpus, sets)
+            self.assertEqual(r.get("tensor_parallel_size"), tp, sets)
+            self.assertEqual(r.get("data_parallel_size"), dp, sets)
+            if tp is not None:
+                self.assertEqual(tp * dp, r["num_gpus"], sets)
+            got = [k for k in r if k in GPU_KEYS]
+            self.assertEqual(got, [k for k in GPU_KEYS if k in r], f"{sets}: GPU keys out of order")
+            # Right after vLLM's keys, before the attainment ones.
+            keys = list(r)
+            self.assertEqual(keys[keys.index("num_gpus") - 1], "p99_e2el_ms", sets)
+            run.tmp.cleanup()
 
     def test_memory_follows_requests_not_the_clock(self):
         # Three requests 250 and 500 million seconds apart (a vidur trace, time_scale 1e9): vLLM's

@@ -468,6 +468,22 @@ class PtxEntries(unittest.TestCase):
                 self.assertEqual(pe.main([c, a]), 0)  # only new
                 self.assertEqual(pe.main([a, c]), 1)  # gone
 
+class RefactorCheckDrop(unittest.TestCase):
+    """tools/refactor-check --drop-summary-key: dotted paths out of summary.json, through lists."""
+
+    def test_drop_key(self):
+        import importlib.util
+        from importlib.machinery import SourceFileLoader
+        loader = SourceFileLoader("refactor_check", os.path.join(HERE, "refactor-check"))  # no .py suffix
+        rc = importlib.util.module_from_spec(importlib.util.spec_from_loader("refactor_check", loader))
+        loader.exec_module(rc)
+        s = {"ttft_ms": {"p99": 1}, "utilisation": {"mfu": 0.2},
+             "instances": [{"id": 0, "mfu": 0.1, "model_flops": 5}, {"id": 1, "mfu": None, "model_flops": 6}]}
+        for path in ("utilisation", "instances.mfu", "instances.model_flops", "absent.key", "ttft_ms.p50"):
+            rc.drop_key(s, path)
+        self.assertEqual(s, {"ttft_ms": {"p99": 1}, "instances": [{"id": 0}, {"id": 1}]})
+
+
 class DoctestOutput(unittest.TestCase):
     SAMPLE = """[doctest] doctest version is "2.4.9"
 ===============================================================================
