@@ -15,7 +15,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cuda_module.h"
 #include "serve/serve_command.h"
-#include "sim/calibrate.h"
+#include "sim/calibrate_command.h"
 #include "sim/compare.h"
 #include "sim/config.h"
 #include "sim/worker_server.h"
