@@ -20,12 +20,12 @@
 #include "sim/config.h"
 #include "sim/worker_server.h"
 #include "sim/executors.h"
-#include "sim/generate.h"
+#include "sim/generate_command.h"
 #include "sim/host_probe.h"
 #include "sim/outputs.h"
 #include "sim/prefix_bound.h"
 #include "sim/run_setup.h"
-#include "sim/sweep.h"
+#include "sim/sweep_command.h"
 
 namespace po = boost::program_options;
 using namespace tandem;
