@@ -12,8 +12,8 @@
 namespace tandem {
 
 // Backends other than the CPU one, by name, as the CLI builds them for a workload (the CUDA
-// backend is a loadable module, which tandem_sim reaches only through cuda_executor_factory()). Live mode (--workload) runs on any of them;
-// grid mode (--model) is CPU-only.
+// backend is a loadable module, which tandem_sim reaches only through cuda_executor_factory()). Live mode (--workload)
+// runs on any of them; grid mode (--model) is CPU-only.
 int calibrate_command(const std::vector<std::string>& args,
                       const std::map<std::string, ExecutorFactory>& backends = {});
 
