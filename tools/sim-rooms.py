@@ -169,6 +169,11 @@ def rewrite_text(rel, text, moves):
         token = re.compile(r"(?<![\w/.$-])sim/(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) +
                            r")(?![\w.-])")
         text = token.sub(lambda m: names[m.group(1)], text)
+        # A stem's files together, as sim/engine.{h,cpp} or sim/engine.*: they move together.
+        stems = {stem_of(old[len("sim/"):]): os.path.dirname(new) for old, new in moves.items()}
+        group = re.compile(r"(?<![\w/.$-])sim/(" + "|".join(re.escape(s) for s in sorted(stems, key=len, reverse=True)) +
+                           r")(\.\{[\w.,]+\}|\.\*)")
+        text = group.sub(lambda m: f"{stems[m.group(1)]}/{m.group(1)}{m.group(2)}", text)
     if os.path.basename(rel) == "meson.build":
         here = os.path.dirname(rel)
 
@@ -226,6 +231,7 @@ def self_test():
         "sim/meson.build": "sim_src = files('engine.cpp')\nvcs_tag(input : 'version.h.in', output : 'version.h')\n",
         "meson.build": "subdir('sim')\nexecutable('t', 'sim/main.cpp')\n",
         "README.md": "The loop: `sim/engine.h` (and sim/engine.cpp); runs write DIR/sim/engine.h\n",
+        "CONTRIBUTING.md": "sim/events.{h,cpp} and sim/engine.*, not sim/eng*\n",
         "reports/s1/design.md": "sim/events.h\n",
         "reports/s1/report.md": "sim/events.h, as it was then\n",
         "tests/t.cpp": '#include "sim/events.h"\n',
@@ -238,6 +244,7 @@ def self_test():
         "sim/version.h.in": files["sim/version.h.in"],
         "sim/meson.build": "sim_src = files('engine/engine.cpp')\nvcs_tag(input : 'version.h.in', output : 'version.h')\n",
         "meson.build": "subdir('sim')\nexecutable('t', 'sim/commands/main.cpp')\n",
+        "CONTRIBUTING.md": "sim/engine/events.{h,cpp} and sim/engine/engine.*, not sim/eng*\n",
         "README.md": "The loop: `sim/engine/engine.h` (and sim/engine/engine.cpp); runs write DIR/sim/engine.h\n",
         "reports/s1/design.md": "sim/engine/events.h\n",
         "reports/s1/report.md": files["reports/s1/report.md"],
