@@ -1,10 +1,8 @@
-// `tandem calibrate`: measure a real backend's step times and write the hardware profile that
-// `hardware: PROFILE.yaml` then uses in simulated time. --model: the per-operator profile (a
-// grid of synthetic step shapes, interpolated; refined on served traffic with --workload).
-// --workload alone: the older linear fit (least squares with Eigen) on served steps.
+// Calibration's parts, which `tandem calibrate` (calibrate_command.h) strings together: the
+// linear fit of served steps, the per-operator profile's grid, all-reduces, and the refinement
+// of a profile on served steps.
 #pragma once
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,7 +11,6 @@
 #include "backend/cpu/comm.h"
 #include "backend/executor.h"
 #include "sim/config.h"
-#include "sim/executors.h"
 
 namespace tandem {
 
@@ -75,11 +72,5 @@ constexpr int kMinRefineSteps = 20;  // a residual needs this many steps of its 
 // Sets the residual per step kind (total measured / total predicted) and, with enough real idle spells, the idle
 // factor; returns a few lines that say what was set and from how many steps.
 std::string refine_profile(OperatorProfile& p, const std::vector<ServedStep>& steps, double loop_gap_s);
-
-// Backends other than the CPU one, by name, as the CLI builds them for a workload (the CUDA
-// backend is a loadable module, which tandem_sim reaches only through cuda_executor_factory()). Live mode (--workload) runs on any of them;
-// grid mode (--model) is CPU-only.
-int calibrate_command(const std::vector<std::string>& args,
-                      const std::map<std::string, ExecutorFactory>& backends = {});
 
 }  // namespace tandem

@@ -7,6 +7,7 @@
 #include "backend/executor.h"
 #include "backend/warmup.h"
 #include "sim/calibrate.h"
+#include "sim/executors.h"
 
 namespace tandem {
 

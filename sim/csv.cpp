@@ -7,7 +7,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "sim/config.h"
+#include "core/error.h"
 #include "sim/parse_number.h"
 
 namespace tandem {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "backend/cost_model.h"
+#include "sim/topology_factory.h"
 
 namespace tandem {
 

@@ -15,17 +15,17 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cuda_module.h"
 #include "serve/serve_command.h"
-#include "sim/calibrate.h"
+#include "sim/calibrate_command.h"
 #include "sim/compare.h"
 #include "sim/config.h"
 #include "sim/worker_server.h"
 #include "sim/executors.h"
-#include "sim/generate.h"
+#include "sim/generate_command.h"
 #include "sim/host_probe.h"
 #include "sim/outputs.h"
 #include "sim/prefix_bound.h"
 #include "sim/run_setup.h"
-#include "sim/sweep.h"
+#include "sim/sweep_command.h"
 
 namespace po = boost::program_options;
 using namespace tandem;

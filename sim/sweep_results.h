@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/sweep_spec.h"
+#include "sim/sweep_file.h"
 
 namespace tandem {
 

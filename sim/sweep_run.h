@@ -12,8 +12,8 @@
 
 #include "core/request.h"
 #include "sim/metrics.h"
+#include "sim/sweep_file.h"
 #include "sim/sweep_search.h"
-#include "sim/sweep_spec.h"
 
 namespace tandem {
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "sim/sweep_spec.h"
+#include "sim/sweep_file.h"
 
 namespace tandem {
 

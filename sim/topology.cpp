@@ -4,9 +4,6 @@
 
 #include <stdexcept>
 
-#include "sim/topology_colocated.h"
-#include "sim/topology_disaggregated.h"
-
 namespace tandem {
 
 void topology_i::transfer_done(const TransferDone& e, Time) {
@@ -15,13 +12,6 @@ void topology_i::transfer_done(const TransferDone& e, Time) {
 
 std::string topology_i::transfer_lost(uint64_t ticket) {
   throw std::logic_error(fmt::format("the {} topology moves no KV, yet transfer {} was awaited", name(), ticket));
-}
-
-std::unique_ptr<topology_i> make_topology(const Workload& w, std::span<const std::unique_ptr<Instance>> instances,
-                                          std::span<Request> requests, kv_channel_i* channel, loop_i& loop) {
-  if (w.disaggregation.enabled)
-    return std::make_unique<DisaggregatedTopology>(w, instances, requests, channel, loop);
-  return std::make_unique<ColocatedTopology>(instances, loop);
 }
 
 ChannelModel channel_model(const Workload& w) {

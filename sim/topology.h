@@ -3,7 +3,7 @@
 // move before the next steps are planned, and what must be empty at the end. The engine's loop
 // keeps the events, the clock and the inbox and never asks which arrangement it runs; events
 // carry their instance (StepDone) or their ticket (TransferDone), as ns-3's events carry their
-// node, so nothing is routed by position. Two implementations (make_topology):
+// node, so nothing is routed by position. Two implementations (make_topology, topology_factory.h):
 //   colocated      N replicas (engine.data_parallel), arrivals round robin by request id
 //   disaggregated  a prefill and a decode instance, the handoff (policies/handoff.h) and a KV
 //                  channel between them
@@ -96,11 +96,6 @@ class topology_i {
   }
 };
 
-// The run's topology over `instances` (by id, as instance_specs(w) made them): colocated
-// replicas, or prefill + decode with `channel` between them (null: the sim channel priced from
-// the workload, for the simulated backend only).
-std::unique_ptr<topology_i> make_topology(const Workload& w, std::span<const std::unique_ptr<Instance>> instances,
-                                          std::span<Request> requests, kv_channel_i* channel, loop_i& loop);
 // The sim channel's model of a workload (disaggregation.channel: bandwidth and latency, or a
 // measured table; the model's KV bytes per token and block size).
 ChannelModel channel_model(const Workload& w);

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "sim/config.h"
+#include "core/error.h"
 #include "sim/csv.h"
 #include "sim/parse_number.h"
 

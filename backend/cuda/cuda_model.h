@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/llama.h"
+#include "backend/cuda/kv_pool_view.h"
 #include "backend/cuda/row_kernels.h"
 #include "backend/specs.h"
 #include "policies/plan.h"
@@ -42,18 +43,6 @@ struct CudaModelStats {
   // Split-KV attention: steps enqueued (run eagerly or captured) whose attention spread its
   // splits over the GPU, and steps that walked them in each block (tests: both ways ran).
   int64_t split_spread_steps = 0, split_inblock_steps = 0;
-};
-
-// One rank's share of the KV cache, for the code that moves whole blocks (kv_blocks.h): device
-// memory on `device`, K and V each [layer][block][layer_block_bytes] (the model's own layout:
-// [layer][block * block_size + slot][kv_heads][head_dim], bf16).
-struct KvPoolView {
-  int device = 0;
-  std::byte* k = nullptr;
-  std::byte* v = nullptr;
-  int32_t layers = 0, num_blocks = 0;
-  int64_t layer_block_bytes = 0;  // one block of one layer, K or V: block_size * kv_heads * head_dim * 2
-  int64_t block_bytes() const { return 2 * int64_t(layers) * layer_block_bytes; }  // this rank's share of a block
 };
 
 class CudaModel {

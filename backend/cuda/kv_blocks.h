@@ -16,7 +16,7 @@
 #include <string>
 
 #include "backend/cuda/buffer.h"
-#include "backend/cuda/cuda_model.h"
+#include "backend/cuda/kv_pool_view.h"
 #include "backend/transfer/channel.h"
 
 namespace tandem::cuda {

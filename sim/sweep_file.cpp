@@ -1,4 +1,4 @@
-#include "sim/sweep_spec.h"
+#include "sim/sweep_file.h"
 
 #include <fmt/format.h>
 #include <xxhash.h>

@@ -1,7 +1,6 @@
 // `tandem calibrate`: the command line, and the two procedures it runs (the per-operator
 // profile on a grid, and the older linear fit on served steps).
-#include "sim/calibrate.h"
-#include "sim/calibrate_channel.h"
+#include "sim/calibrate_command.h"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -24,6 +23,8 @@
 #include "backend/warmup.h"
 #include "core/host.h"
 #include "core/rng.h"
+#include "sim/calibrate.h"
+#include "sim/calibrate_channel.h"
 #include "sim/calibrate_serve.h"
 #include "sim/config.h"
 #include "sim/config_sections.h"

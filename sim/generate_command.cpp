@@ -1,4 +1,4 @@
-#include "sim/generate.h"
+#include "sim/generate_command.h"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,8 @@
-// `tandem sweep`: the command line over sweep_spec (the file), sweep_run (the runs) and
+// `tandem sweep`: the command line over sweep_file (the file), sweep_run (the runs) and
 // sweep_results (the tables). A local sweep is plan + run + collect in one process; on a
 // cluster the three are separate commands (tools/sweep-ray, tools/sweep/).
+#include "sim/sweep_command.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -13,10 +15,9 @@
 #include <thread>
 
 #include "core/error.h"
-#include "sim/sweep.h"
+#include "sim/sweep_file.h"
 #include "sim/sweep_results.h"
 #include "sim/sweep_run.h"
-#include "sim/sweep_spec.h"
 
 namespace tandem {
 
