@@ -173,7 +173,8 @@ int serve_command(const std::vector<std::string>& args) {
   so.threads = vm["threads"].as<int>();
   so.max_requests = vm["max-requests"].as<int64_t>();
   so.record_prompts = vm["record-prompts"].as<bool>();
-  if (so.record_prompts && !vm.count("out")) throw InputError("--record-prompts writes into --out DIR, which is missing");
+  if (so.record_prompts && !vm.count("out"))
+    throw InputError("--record-prompts writes into --out DIR, which is missing");
   if (vm.count("out")) {
     so.out = vm["out"].as<std::string>();
     so.trace = parse_trace_detail(vm["trace"].as<std::string>());

@@ -149,7 +149,7 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
     Time last = 0;           // the last one's instant
     bool scheduled = false;  // a step has taken it
   };
-  std::vector<Delivered> delivered_;   // by id (loop thread)
+  std::vector<Delivered> delivered_;  // by id (loop thread)
   Delivered& delivered(ReqId id);
   std::vector<double> kv_use_;         // by instance, from its last step
   std::atomic<int64_t> num_alive_{0};  // submitted (HTTP thread) and not ended (loop thread)

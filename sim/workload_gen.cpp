@@ -119,9 +119,10 @@ void replay(const Workload& w, RequestSet& set) {
       const auto ids = std::span(token_pool).subspan(row.tokens_begin, size_t(row.prompt_len));
       for (const Token id : ids)
         if (id >= w.model.vocab)
-          throw InputError(fmt::format("{}:{}: column 'prompt_token_ids': token id {} is not below the model's vocab "
-                                       "({}, model.vocab)",
-                                       t.path, row.line, id, w.model.vocab));
+          throw InputError(
+              fmt::format("{}:{}: column 'prompt_token_ids': token id {} is not below the model's vocab "
+                          "({}, model.vocab)",
+                          t.path, row.line, id, w.model.vocab));
       r.id = ReqId(set.prompt_token_begin.size());  // file order, until generate_requests numbers by arrival
       set.prompt_token_begin.push_back(set.prompt_token_pool.size());
       set.prompt_token_pool.insert(set.prompt_token_pool.end(), ids.begin(), ids.end());
@@ -129,9 +130,10 @@ void replay(const Workload& w, RequestSet& set) {
     set.requests.push_back(r);
   }
   if (set.has_given_prompts() && w.requests.shared_prefix.groups > 0)
-    throw InputError(fmt::format("{}: field 'requests.shared_prefix': not with a trace that gives the prompt token ids "
-                                 "({}'s prompt_token_ids column)",
-                                 w.path, t.path));
+    throw InputError(
+        fmt::format("{}: field 'requests.shared_prefix': not with a trace that gives the prompt token ids "
+                    "({}'s prompt_token_ids column)",
+                    w.path, t.path));
   if (t.format == TraceSpec::Format::Mooncake) set.hash_block_size = t.hash_block_size;
   if (set.requests.empty())
     throw InputError(fmt::format("{}: the trace window (start_s {}, duration_s {}) holds no request", t.path, t.start_s,

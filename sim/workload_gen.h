@@ -21,7 +21,8 @@ struct RequestSet {
   std::vector<size_t> prompt_token_begin;  // by request id
   bool has_given_prompts() const { return !prompt_token_begin.empty(); }
   std::span<const Token> given_prompt(const Request& r) const {
-    return {prompt_token_pool.data() + prompt_token_begin[static_cast<size_t>(r.id)], static_cast<size_t>(r.prompt_len)};
+    return {prompt_token_pool.data() + prompt_token_begin[static_cast<size_t>(r.id)],
+            static_cast<size_t>(r.prompt_len)};
   }
 };
 

@@ -15,6 +15,7 @@ sim       workloads/serve_sim.yaml (Llama-3-8B on an H200, the cost model's step
             path (404), wrong method (405), a missing API key (401): each an OpenAI error object
   cancel    a client that leaves mid-stream: its request is cancelled (/metrics: cancelled 1,
             nothing running), and the server goes on serving
+  max requests  --max-requests 3: the 4th request gets 503 naming the limit; -1 is refused (exit 2)
   shutdown  SIGINT with a stream in flight: exit 0, the stream ends with an error event naming
             the shutdown; --out has requests.csv (one row per request, the cancelled ones so
             marked), summary.json, arrivals.csv and served_workload.yaml, which `tandem run`
@@ -248,6 +249,22 @@ def golden_check(s, tandem, seed):
         check(results[i] == want, f"golden: prompt {i}: served token ids equal tandem generate's ({want[:4]}...)")
 
 
+def max_requests_check(tandem, workload):
+    """--max-requests N: the N-th request is served, the next gets 503 naming the limit."""
+    s = Server(tandem, workload, "--max-requests", "3")
+    try:
+        for i in range(3):
+            st, body = s.post_json("/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 2})
+            check(st == 200 and body["usage"]["completion_tokens"] == 2, f"--max-requests 3: request {i + 1}: 200")
+        st, body = s.post_json("/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 2})
+        msg = body["error"]["message"] if body else ""
+        check(st == 503 and "--max-requests" in msg and "3 requests" in msg, f"request 4: 503 ({msg})")
+    finally:
+        s.stop()
+    p = subprocess.run([tandem, "serve", workload, "--max-requests", "-1"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "--max-requests -1" in p.stderr, f"--max-requests -1: exit 2 ({p.stderr.strip()})")
+
+
 def golden_run_check(s, tandem, out):
     """The token ids streamed by serve --backend cpu equal `tandem run`'s for the same prompts."""
     shared = list(range(200, 240))
@@ -335,6 +352,8 @@ def main():
                 shutdown_check(s, tandem, os.path.join(tmp, "out"))
             finally:
                 s.kill()
+            print("max requests:")
+            max_requests_check(tandem, wl("serve_sim.yaml"))
             s = Server(tandem, wl("serve_sim.yaml"), "--api-key-file", key)
             try:
                 st, _, _ = s.request("GET", "/v1/models")

@@ -2,12 +2,12 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "core/rng.h"
 #include "sim/config.h"
@@ -538,14 +538,15 @@ TEST_CASE("a vidur trace's prompt_token_ids are the prompts; bad ones name file,
     }
     return std::string();
   };
-  CHECK(err("count.csv", "0,3,4,7 8 9\n0,3,4,7 8\n").find("count.csv:3: column 'prompt_token_ids': 2 token ids, but "
-                                                          "num_prefill_tokens is 3") != std::string::npos);
+  CHECK(err("count.csv", "0,3,4,7 8 9\n0,3,4,7 8\n")
+            .find("count.csv:3: column 'prompt_token_ids': 2 token ids, but "
+                  "num_prefill_tokens is 3") != std::string::npos);
   CHECK(err("word.csv", "0,2,4,7 x\n").find("word.csv:2: column 'prompt_token_ids': expected token ids") !=
         std::string::npos);
-  CHECK(err("vocab.csv", "0,2,4,7 99999999\n").find("vocab.csv:2: column 'prompt_token_ids': token id 99999999 is not "
-                                                     "below the model's vocab") != std::string::npos);
-  CHECK(err("shared.csv", "0,2,4,7 8\n",
-            "  shared_prefix: {groups: 2, prefix_len: 4, fraction: 1}\n")
+  CHECK(err("vocab.csv", "0,2,4,7 99999999\n")
+            .find("vocab.csv:2: column 'prompt_token_ids': token id 99999999 is not "
+                  "below the model's vocab") != std::string::npos);
+  CHECK(err("shared.csv", "0,2,4,7 8\n", "  shared_prefix: {groups: 2, prefix_len: 4, fraction: 1}\n")
             .find("field 'requests.shared_prefix'") != std::string::npos);
   std::filesystem::remove_all(dir);
 }

@@ -229,8 +229,9 @@ requests: {count: 1, arrival: {process: burst}, prompt_len: 1, output_len: 1}
 // and topology must follow the moved table. Each wave is submitted from inside a step, so the
 // table grows with requests in every phase; every 7th request is cancelled a step later.
 TEST_CASE("an open run grows its request table from empty while requests are in flight (2 replicas, 1P1D)") {
-  for (const std::string layout : {"engine: {enable_prefix_caching: true, data_parallel: 2, max_num_seqs: 64}\n",
-                                   "engine: {max_num_seqs: 64}\ndisaggregation: {enabled: true, decode: {max_num_seqs: 8}}\n"}) {
+  for (const std::string layout :
+       {"engine: {enable_prefix_caching: true, data_parallel: 2, max_num_seqs: 64}\n",
+        "engine: {max_num_seqs: 64}\ndisaggregation: {enabled: true, decode: {max_num_seqs: 8}}\n"}) {
     CAPTURE(layout);
     const std::string y = "model: llama3-8b\nhardware: h200\n" + layout +
                           "requests: {count: 1, arrival: {process: burst}, prompt_len: 1, output_len: 1}\n";
