@@ -15,12 +15,22 @@ Handoff::Handoff(Scheduler& prefill, Scheduler& decode, std::span<Request> reque
     throw std::logic_error("Handoff: needs a prefill-role and a decode-role scheduler");
 }
 
+void Handoff::requests_moved(std::span<Request> requests) {
+  if (requests.size() < reqs_.size()) throw std::logic_error("Handoff::requests_moved: the table shrank");
+  reqs_ = requests;
+  phase_.resize(requests.size(), PdPhase::None);
+  times_.resize(requests.size());
+  ticket_.resize(requests.size(), 0);
+}
+
 FailReason Handoff::arrival_failure(const Request& r) const {
   if (const FailReason why = p_.arrival_failure(r); why != FailReason::None) return why;
   return d_.arrival_failure(r);
 }
 
 bool Handoff::add_request(ReqId id, Time now, std::vector<BlockHash> prompt_hashes) {
+  if (static_cast<size_t>(id) >= phase_.size())
+    throw std::logic_error("Handoff::add_request: a request id beyond the handoff's table");
   Request& r = reqs_[static_cast<size_t>(id)];
   if (const FailReason why = arrival_failure(r); why != FailReason::None) {
     r.fail_reason = why;

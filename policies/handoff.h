@@ -90,6 +90,10 @@ class Handoff {
   };
   CancelOutcome cancel_anywhere(ReqId id, Time now, const std::function<bool(uint64_t)>& stop_channel);
 
+  // An open run's request table grew (Scheduler::requests_moved): its per-request tables grow
+  // with it. The schedulers are their instances' to update.
+  void requests_moved(std::span<Request> requests);
+
   PdPhase phase(ReqId id) const { return phase_[static_cast<size_t>(id)]; }
   uint64_t ticket_of(ReqId id) const;  // 0 if none open
   const HandoffTimes& times(ReqId id) const { return times_[static_cast<size_t>(id)]; }

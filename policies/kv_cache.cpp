@@ -29,6 +29,8 @@ void KvCache::match_prefix(std::span<const BlockHash> prompt_hashes, int32_t max
 }
 
 void KvCache::admit(ReqId id, int64_t lifetime_tokens, const PrefixHit& hit) {
+  if (static_cast<size_t>(id) >= tables_.size())
+    throw std::logic_error("KvCache::admit: a request id beyond its tables (an open run must grow_requests)");
   Table& t = tables_[static_cast<size_t>(id)];
   if (t.admitted) throw std::logic_error("KvCache::admit: request already admitted");
   t.admitted = true;

@@ -43,7 +43,8 @@ inline int32_t blocks_for(int64_t tokens, int32_t block_size) {
 
 class KvCache {
  public:
-  // num_state_slots < 0: the model has no per-sequence state (pure attention).
+  // num_state_slots < 0: the model has no per-sequence state (pure attention). num_requests:
+  // the ids it may see at first (0 .. num_requests - 1); an open run adds more (grow_requests).
   KvCache(int32_t num_blocks, int32_t block_size, int32_t num_state_slots, int32_t num_requests);
 
   int32_t blocks_for(int64_t tokens) const { return tandem::blocks_for(tokens, block_size_); }
@@ -88,6 +89,11 @@ class KvCache {
   // id's KV now covers `computed_tokens` positions: publish its full prompt blocks (those with a
   // hash) not yet published, so that later requests can hit them.
   void publish_full_blocks(ReqId id, int64_t computed_tokens, std::span<const BlockHash> prompt_hashes);
+  // Ids 0 .. num_requests - 1 may be admitted from now on (never shrinks). Tables move, their
+  // block lists do not: a block table view handed out earlier (a plan in flight) stays valid.
+  void grow_requests(int32_t num_requests) {
+    if (size_t(num_requests) > tables_.size()) tables_.resize(size_t(num_requests));
+  }
   // Drop id's blocks (last block first, so a chain's tail is evicted before its root) and the
   // unused part of its reservation; return its state slot.
   void release(ReqId id);

@@ -29,6 +29,13 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, std::span<Request> requests, Kv
   plan_.seqs.reserve(static_cast<size_t>(cfg.max_num_seqs));
 }
 
+void Scheduler::requests_moved(std::span<Request> requests) {
+  if (requests.size() < reqs_.size()) throw std::logic_error("Scheduler::requests_moved: the table shrank");
+  reqs_ = requests;
+  cancel_pending_.resize(requests.size(), 0);
+  if (cfg_.enable_prefix_caching) prompt_hashes_.resize(requests.size());
+}
+
 FailReason Scheduler::arrival_failure(const Request& r) const {
   if (r.prompt_len < 1) return FailReason::EmptyPrompt;
   if (r.max_output < 1) return FailReason::EmptyOutput;
@@ -43,6 +50,9 @@ FailReason Scheduler::arrival_failure(const Request& r) const {
 }
 
 bool Scheduler::add_request(ReqId id, Time now, std::vector<BlockHash> prompt_hashes) {
+  // One compare per arrival: an open run that grew its table without telling (requests_moved).
+  if (static_cast<size_t>(id) >= cancel_pending_.size())
+    throw std::logic_error("Scheduler::add_request: a request id beyond the scheduler's table");
   Request& r = reqs_[static_cast<size_t>(id)];
   if (const FailReason why = arrival_failure(r); why != FailReason::None) {
     r.fail_reason = why;

@@ -129,6 +129,10 @@ class Scheduler {
   // the blocks and the reservation go. Only once the channel can no longer write into them.
   void drop_receiving(ReqId id);
   int32_t num_receiving() const { return num_receiving_; }
+  // An open run's request table grew (tandem serve): it moved to `requests`, which keeps every
+  // request the old one held, in place, and has room for more ids. Its per-request tables grow
+  // with it. Only between events (no reference into the old table is held then).
+  void requests_moved(std::span<Request> requests);
   const KvCache& kv() const { return kv_; }
   const SchedulerConfig& config() const { return cfg_; }
 

@@ -240,8 +240,11 @@ void Session::handle_ask(const http::request<http::string_body>& req, bool chat)
     const auto len = int32_t(p.size());
     const ReqId slot = fe_.run.submit(std::move(p), ask_.max_tokens);
     if (slot < 0) {
-      failure_ =
-          ApiError{503, "the server's request slots are used up (--max-requests): restart it", "", "server_error"};
+      failure_ = ApiError{503,
+                          fmt::format("the server has taken the {} requests it takes in its life (--max-requests): "
+                                      "restart it, or start it with a higher --max-requests (0: no limit)",
+                                      fe_.run.max_requests()),
+                          "", "server_error"};
       break;
     }
     Choice c;

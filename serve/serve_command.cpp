@@ -1,6 +1,7 @@
 #include "serve/serve_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/resource.h>
 #include <yaml-cpp/yaml.h>
 
@@ -27,7 +28,7 @@ constexpr const char* kServeUsage =
     "usage: tandem serve WORKLOAD.yaml [--backend sim|cpu|cuda] [--listen HOST:PORT] [--api-key-file F]\n"
     "                    [--out DIR [--trace full|steps|requests|none]] [--set KEY=VALUE ...] [--threads N]\n"
     "                    [--max-connections N] [--max-queue N] [--max-body-bytes N] [--max-requests N]\n"
-    "                    [--drain-s S] [--served-model-name NAME]\n"
+    "                    [--drain-s S] [--served-model-name NAME] [--record-prompts]\n"
     "       tandem serve --write-tokenizer --out DIR   # the byte-level tokenizer's Hugging Face files\n";
 
 // A workload for serving needs no requests: requests come from clients. Without a requests:
@@ -58,13 +59,19 @@ void raise_open_files_limit() {
 
 // What was served, as a workload `tandem run` replays: the arrivals (a vidur trace: offset, prompt
 // tokens, tokens asked for) and the workload that reads them.
-void write_served_workload(const std::string& dir, const Workload& w, const std::vector<Request>& served) {
+// With --record-prompts, also the prompts' token ids (prompt_token_ids), which `tandem run` then
+// serves instead of ids from the seed.
+void write_served_workload(const std::string& dir, const Workload& w, const ServedRun& run, bool with_prompts) {
+  const std::vector<Request>& served = run.served();
   const std::string csv = w.requests.trace->path;  // dir's arrivals.csv, absolute
   std::ofstream f(csv);
-  f << "arrived_at,num_prefill_tokens,num_decode_tokens\n";
+  f << "arrived_at,num_prefill_tokens,num_decode_tokens" << (with_prompts ? ",prompt_token_ids\n" : "\n");
   const Time t0 = served.empty() ? 0 : served.front().arrival;
-  for (const Request& r : served)
-    f << fmt::format("{:.9f},{},{}\n", to_seconds(r.arrival - t0), r.prompt_len, r.max_output);
+  for (const Request& r : served) {
+    f << fmt::format("{:.9f},{},{}", to_seconds(r.arrival - t0), r.prompt_len, r.max_output);
+    if (with_prompts) f << ',' << fmt::format("{}", fmt::join(run.recorded_prompt(r.id), " "));
+    f << '\n';
+  }
   std::ofstream y(dir + "/served_workload.yaml");
   y << "# What `tandem serve` served, as a workload: `tandem run` replays these arrivals in simulation.\n"
     << to_yaml(w);
@@ -89,8 +96,12 @@ int serve_command(const std::vector<std::string>& args) {
       "max-connections", po::value<int32_t>()->default_value(4096), "more are answered 503")(
       "max-queue", po::value<int32_t>()->default_value(8192), "engine requests in flight; more are answered 503")(
       "max-body-bytes", po::value<int64_t>()->default_value(8 << 20), "larger request bodies are answered 413")(
-      "max-requests", po::value<int32_t>()->default_value(100000), "requests this server takes in its life")(
+      "max-requests", po::value<int64_t>()->default_value(1'000'000),
+      "requests this server takes in its life, then 503 (0: no limit); memory grows with the requests taken")(
       "drain-s", po::value<double>()->default_value(30), "on SIGINT/SIGTERM: how long requests in flight may go on")(
+      "record-prompts", po::bool_switch(),
+      "with --out: arrivals.csv also holds each prompt's token ids, so tandem run of served_workload.yaml replays "
+      "them id for id (memory then grows with the prompt tokens served)")(
       "chunk-timestamps", po::bool_switch(),
       "an SSE comment line before each chunk: the engine instant it was emitted at (CLOCK_MONOTONIC ns)")(
       "write-tokenizer", po::bool_switch(), "write tokenizer.json and tokenizer_config.json into --out DIR, and exit")(
@@ -160,7 +171,10 @@ int serve_command(const std::vector<std::string>& args) {
   ServeOptions so;
   so.backend = vm["backend"].as<std::string>();
   so.threads = vm["threads"].as<int>();
-  so.max_requests = vm["max-requests"].as<int32_t>();
+  so.max_requests = vm["max-requests"].as<int64_t>();
+  so.record_prompts = vm["record-prompts"].as<bool>();
+  if (so.record_prompts && !vm.count("out"))
+    throw InputError("--record-prompts writes into --out DIR, which is missing");
   if (vm.count("out")) {
     so.out = vm["out"].as<std::string>();
     so.trace = parse_trace_detail(vm["trace"].as<std::string>());
@@ -176,7 +190,7 @@ int serve_command(const std::vector<std::string>& args) {
             << std::flush;
   fe.run();
   Summary s = run.finish();
-  if (so.out) write_served_workload(*so.out, w, run.served());
+  if (so.out) write_served_workload(*so.out, w, run, so.record_prompts);
   s.peak_rss_kb = std::max(s.peak_rss_kb, peak_rss_kb());
   print_summary(std::cout, s);
   if (!s.run_error.empty()) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "backend/cpu/kernels.h"
 #include "serve/tokenizer.h"
@@ -28,7 +29,8 @@ LiveStats::LiveStats()
            30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}) {}
 
 ServedRun::ServedRun(const Workload& w, const ServeOptions& o) : o_(o) {
-  if (o.max_requests < 1) throw InputError(fmt::format("--max-requests {}: must be at least 1", o.max_requests));
+  if (o.max_requests < 0)
+    throw InputError(fmt::format("--max-requests {}: must be at least 0 (0: no limit)", o.max_requests));
   if (o.backend == "cpu") cpu::set_threads(o.threads);
   // As `tandem run` under the wall clock (RunSetup): first-use costs paid before the first client
   // (at start()), several real instances each on a thread of its own; --backend sim is the
@@ -40,8 +42,6 @@ ServedRun::ServedRun(const Workload& w, const ServeOptions& o) : o_(o) {
                                                          .channels = cuda_channel_factory(),
                                                          .emulated = o.backend == "sim"});
   setup_->warm_up_once();  // before the server says it listens
-  prompts_.resize(size_t(o.max_requests));
-  delivered_.resize(size_t(o.max_requests));
   kv_use_.resize(setup_->specs.size());
 }
 
@@ -51,13 +51,7 @@ ServedRun::~ServedRun() {
 }
 
 void ServedRun::start(std::function<void()> done) {
-  RequestSet slots;
-  slots.requests.resize(size_t(o_.max_requests));
-  for (size_t i = 0; i < slots.requests.size(); ++i) {
-    slots.requests[i].id = ReqId(i);
-    slots.requests[i].arrival = kNever;  // an unused slot
-  }
-  Engine& engine = setup_->start(std::move(slots));
+  Engine& engine = setup_->start(RequestSet{});  // an open run: the table grows with the Submits
   start_steady_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
                          static_cast<const WallClock&>(*setup_->clock).start().time_since_epoch())
                          .count();
@@ -83,10 +77,17 @@ Summary ServedRun::finish() {
 }
 
 ReqId ServedRun::submit(std::vector<Token> prompt, int32_t max_output) {
-  if (next_slot_ >= o_.max_requests) return -1;
+  // Ids are ReqId (int32): without a limit, the last one is the type's.
+  if ((o_.max_requests > 0 && next_slot_ >= o_.max_requests) || next_slot_ == std::numeric_limits<ReqId>::max() - 1)
+    return -1;
   const ReqId id = next_slot_++;
   const auto len = int32_t(prompt.size());
-  prompts_[size_t(id)] = std::move(prompt);  // before the Submit: the inbox's lock orders the two
+  {  // before the Submit: the inbox's lock orders the two
+    std::lock_guard lock(prompts_mu_);
+    if (size_t(id) >= prompts_.capacity()) prompts_.reserve(std::max<size_t>(64, 2 * prompts_.capacity()));
+    prompts_.resize(size_t(id) + 1);
+    prompts_[size_t(id)] = std::move(prompt);
+  }
   ++num_alive_;
   setup_->engine().inbox().post(Submit{id, len, max_output});
   return id;
@@ -94,9 +95,18 @@ ReqId ServedRun::submit(std::vector<Token> prompt, int32_t max_output) {
 
 // Running: requests alive that a step has taken (under PD, also while parked or moving); waiting:
 // the other requests alive (submitted, never scheduled yet). Exact at every step and every end.
+ServedRun::Delivered& ServedRun::delivered(ReqId id) {
+  if (size_t(id) >= delivered_.size()) {
+    if (size_t(id) >= delivered_.capacity())
+      delivered_.reserve(std::max<size_t>({64, 2 * delivered_.capacity(), size_t(id) + 1}));
+    delivered_.resize(size_t(id) + 1);
+  }
+  return delivered_[size_t(id)];
+}
+
 void ServedRun::on_step(const StepRecord& r) {
   for (const ScheduledSeq& s : r.plan->seqs) {
-    Delivered& d = delivered_[size_t(s.id)];
+    Delivered& d = delivered(s.id);
     if (!d.scheduled) {
       d.scheduled = true;
       ++num_scheduled_alive_;
@@ -114,7 +124,7 @@ void ServedRun::publish_counts() {
 }
 
 void ServedRun::on_token(const Request& r, Time at) {
-  Delivered& d = delivered_[size_t(r.id)];
+  Delivered& d = delivered(r.id);
   const int32_t k = d.tokens++;
   const Time previous = d.last;
   d.last = at;
@@ -130,8 +140,11 @@ void ServedRun::on_token(const Request& r, Time at) {
 }
 
 void ServedRun::on_request_done(const Request& r) {
-  prompts_[size_t(r.id)] = {};
-  num_scheduled_alive_ -= delivered_[size_t(r.id)].scheduled;
+  if (!o_.record_prompts) {
+    std::lock_guard lock(prompts_mu_);
+    prompts_[size_t(r.id)] = {};
+  }
+  num_scheduled_alive_ -= delivered(r.id).scheduled;
   --num_alive_;
   publish_counts();
   if (outbox_) outbox_->push({Note::Kind::End, r.status, r.fail_reason, r.id, 0, r.finish});

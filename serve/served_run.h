@@ -83,7 +83,11 @@ struct LiveStats {
 struct ServeOptions {
   std::string backend = "sim";
   int threads = 0;
-  int32_t max_requests = 100000;  // request slots of the run (each used once)
+  int64_t max_requests = 1'000'000;  // requests the server takes in its life; 0: no limit
+  // Keep every prompt's token ids to the end (arrivals.csv's prompt_token_ids column), so that
+  // `tandem run` of the served workload replays what the clients sent, id for id; the memory
+  // they take then grows with the prompt tokens served.
+  bool record_prompts = false;
   std::optional<std::string> out;
   TraceDetail trace = TraceDetail::Full;
 };
@@ -97,13 +101,14 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
   ServedRun(const ServedRun&) = delete;
   ServedRun& operator=(const ServedRun&) = delete;
 
-  // The HTTP thread's side. submit: the slot, or -1 when every slot has been used.
+  // The HTTP thread's side. submit: the request's id, or -1 once --max-requests were taken.
   ReqId submit(std::vector<Token> prompt, int32_t max_output);
   void cancel(ReqId id) { setup_->engine().inbox().post(Cancel{id}); }
   void close() { setup_->engine().inbox().post(Close{}); }
   void set_outbox(Outbox* o) { outbox_ = o; }
   LiveStats& stats() { return stats_; }
   const Workload& workload() const { return setup_->workload; }
+  int64_t max_requests() const { return o_.max_requests; }
   // Makes the engine under a fresh wall clock and runs it on its thread; `done` is called there
   // when the run has ended.
   void start(std::function<void()> done);
@@ -111,6 +116,8 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
   Summary finish();
   // After finish(): the requests served, by slot (ids 0 .. n-1).
   const std::vector<Request>& served() const { return setup_->engine().requests(); }
+  // After finish(), with record_prompts: request id's prompt as the client sent it (token ids).
+  std::span<const Token> recorded_prompt(ReqId id) const { return prompts_[size_t(id)]; }
   // The engine's clock, for the front end's timestamps (ns since the run's start; after start()).
   Time now() const { return setup_->clock->now(); }
   // The run's time 0 on steady_clock (CLOCK_MONOTONIC, ns): another process's receipt instants
@@ -121,7 +128,10 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
   void on_step(const StepRecord& r) override;
   void on_token(const Request& r, Time at) override;
   void on_request_done(const Request& r) override;
-  std::span<const Token> prompt(ReqId id) const override { return prompts_[size_t(id)]; }
+  std::span<const Token> prompt(ReqId id) const override {
+    std::lock_guard lock(prompts_mu_);
+    return prompts_[size_t(id)];  // its ids stay where they are while prompts_ grows
+  }
 
  private:
   ServeOptions o_;
@@ -129,13 +139,18 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
   int64_t start_steady_ns_ = 0;      // the wall clock's time 0, made at start() after the warm-up
   Outbox* outbox_ = nullptr;
   LiveStats stats_;
-  std::vector<std::vector<Token>> prompts_;  // by slot: written by submit, freed when the request leaves
+  // By id: written by submit (HTTP thread), which grows the table; read on the loop's thread;
+  // freed when the request leaves. Both tables grow with the requests taken (amortised
+  // doubling), as the engine's does: a server's memory follows its use, not --max-requests.
+  mutable std::mutex prompts_mu_;
+  std::vector<std::vector<Token>> prompts_;
   struct Delivered {
     int32_t tokens = 0;      // handed to the outbox
     Time last = 0;           // the last one's instant
     bool scheduled = false;  // a step has taken it
   };
-  std::vector<Delivered> delivered_;   // by slot (loop thread)
+  std::vector<Delivered> delivered_;  // by id (loop thread)
+  Delivered& delivered(ReqId id);
   std::vector<double> kv_use_;         // by instance, from its last step
   std::atomic<int64_t> num_alive_{0};  // submitted (HTTP thread) and not ended (loop thread)
   int64_t num_scheduled_alive_ = 0;    // loop thread

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <stdexcept>
 
 #include "backend/cost_model.h"
@@ -33,7 +34,9 @@ Engine::Engine(const Workload& w, std::vector<InstanceSpec> specs, RequestSet re
         std::make_unique<Instance>(s.id, s.scheduler, kv, requests_.requests, *executors[size_t(s.id)]));
   }
   topology_ = make_topology(w, instances_, requests_.requests, channel, *this);
-  if (!executors[0]->simulated()) outputs_.resize(requests_.requests.size());
+  if (requests_.has_given_prompts()) client_prompts_ = &given_prompts_;
+  records_outputs_ = !executors[0]->simulated();
+  if (records_outputs_) outputs_.resize(requests_.requests.size());
 }
 
 void Engine::post_next_arrival() {
@@ -72,7 +75,7 @@ Summary Engine::run() {
   }
   if (open_) {  // the slots no client took were never part of the run
     requests_.requests.resize(num_opened_);
-    if (!outputs_.empty()) outputs_.resize(num_opened_);
+    if (records_outputs_) outputs_.resize(num_opened_);
   }
   if (run_error_.empty()) check_nothing_lost();
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
@@ -181,7 +184,9 @@ void Engine::on(const Arrival& e) {
 }
 
 void Engine::on(const Submit& e) {
-  Request& r = requests_.requests.at(size_t(e.id));
+  if (e.id < 0) throw std::logic_error(fmt::format("engine: a Submit with request id {}", e.id));
+  if (size_t(e.id) >= requests_.requests.size()) grow_open_table(size_t(e.id) + 1);
+  Request& r = requests_.requests[size_t(e.id)];
   if (r.arrival != kNever) throw std::logic_error(fmt::format("engine: request slot {} submitted twice", e.id));
   r.arrival = now_;
   r.prompt_len = e.prompt_len;
@@ -191,6 +196,29 @@ void Engine::on(const Submit& e) {
 }
 
 void Engine::on(const Close&) { closed_ = true; }
+
+// Doubling keeps the cost of growth amortised O(1) per request. Between events nothing holds a
+// reference into the table, so the schedulers and the topology are handed the moved one here;
+// the KV caches' block lists do not move (a plan in flight on another thread stays valid).
+void Engine::grow_open_table(size_t min_size) {
+  constexpr size_t kFirstSlots = 64;
+  constexpr auto kMaxSlots = size_t(std::numeric_limits<ReqId>::max());  // ids are ReqId
+  const size_t old = requests_.requests.size();
+  if (min_size > kMaxSlots) throw std::logic_error(fmt::format("engine: request id {} out of range", min_size - 1));
+  const size_t n = std::min(std::max({min_size, 2 * old, kFirstSlots}), kMaxSlots);
+  requests_.requests.resize(n);
+  for (size_t i = old; i < n; ++i) {
+    requests_.requests[i].id = ReqId(i);
+    requests_.requests[i].arrival = kNever;  // an unused slot
+  }
+  if (records_outputs_) outputs_.resize(n);
+  const std::span<Request> all(requests_.requests);
+  for (const auto& in : instances_) {
+    in->kv.grow_requests(int32_t(n));
+    in->scheduler.requests_moved(all);
+  }
+  topology_->requests_moved(all);
+}
 
 void Engine::token_reached_client(Request& r, Time at) {
   metrics_.on_token(r, at);
@@ -222,7 +250,7 @@ void Engine::on(const StepDone& e) {
   for (const ScheduledSeq& s : plan.seqs) {
     if (!s.samples) continue;
     Request& r = requests_.requests[size_t(s.id)];
-    if (!outputs_.empty() && k < in.inflight_result.sampled.size())
+    if (records_outputs_ && k < in.inflight_result.sampled.size())
       outputs_[size_t(s.id)].push_back(in.inflight_result.sampled[k]);
     if (!topology_->holds_token(in, r)) token_reached_client(r, now_);
     ++k;

@@ -72,6 +72,8 @@ class Engine final : private loop_i {
   // requests come as Submit events through the inbox; the run ends after a Close, once every
   // request that came in has left, and its outputs hold the slots used (ids 0 .. n-1, in the
   // order the front end handed them out). `prompts`: their token ids (null: from the seed).
+  // The table may start empty: a Submit past its end grows it (and every per-request table of
+  // the schedulers, KV caches and topology) by doubling, so memory follows the requests taken.
   void open_arrivals(const client_prompts_i* prompts) {
     open_ = true;
     client_prompts_ = prompts;
@@ -111,6 +113,7 @@ class Engine final : private loop_i {
   void record_step(Instance& in, const StepPlan& plan);
   void post_next_arrival();
   void on_request_left(const Request& r);
+  void grow_open_table(size_t min_size);
   void check_nothing_lost() const;
   void attach_tokens(StepPlan& plan);
 
@@ -142,7 +145,8 @@ class Engine final : private loop_i {
   Inbox inbox_;
   MetricsRecorder metrics_;
   std::vector<run_observer_i*> observers_;
-  std::vector<std::vector<Token>> outputs_;
+  std::vector<std::vector<Token>> outputs_;  // by request, real backends only (records_outputs_)
+  bool records_outputs_ = false;
   PromptTokens prompt_tokens_;
   BlockHash hash_root_;
   size_t next_arrival_ = 0;
@@ -150,6 +154,13 @@ class Engine final : private loop_i {
   bool closed_ = false;    // ... until a Close
   size_t num_opened_ = 0;  // an open run's slots used so far (the highest Submit id + 1)
   const client_prompts_i* client_prompts_ = nullptr;
+  // A trace that gives the prompts' token ids (RequestSet::given_prompt) serves them as a
+  // client's: the same hashing and the same ids into the plans as `tandem serve`.
+  struct GivenPrompts final : client_prompts_i {
+    const RequestSet& set;
+    explicit GivenPrompts(const RequestSet& s) : set(s) {}
+    std::span<const Token> prompt(ReqId id) const override { return set.given_prompt(set.requests[size_t(id)]); }
+  } given_prompts_{requests_};
   Time now_ = 0;
   int64_t num_steps_ = 0;  // over all instances: a step's index in steps.csv
 };

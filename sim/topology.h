@@ -58,6 +58,11 @@ class topology_i {
   // A cancel of a request that has arrived (alive or not); true if it ended now.
   virtual bool cancel(ReqId id, Time now) = 0;
 
+  // An open run's request table grew and moved to `requests` (Engine, tandem serve): what the
+  // topology keeps per request grows with it. The instances' schedulers and KV caches are the
+  // engine's to update.
+  virtual void requests_moved(std::span<Request> requests) { (void)requests; }
+
   // What must move at `now` before the instances plan their next steps (transfers to start).
   virtual void before_planning(Time now) { (void)now; }
   // `in` planned `plan` (not yet executed).

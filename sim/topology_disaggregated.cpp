@@ -47,6 +47,13 @@ DisaggregatedTopology::DisaggregatedTopology(const Workload& w, std::span<const 
   }
 }
 
+void DisaggregatedTopology::requests_moved(std::span<Request> requests) {
+  reqs_ = requests;
+  handoff_->requests_moved(requests);
+  bytes_.resize(requests.size(), 0);
+  if (!cancel_point_.empty()) cancel_point_.resize(requests.size(), CancelPoint::None);
+}
+
 bool DisaggregatedTopology::cancel(ReqId id, Time now) {
   const Request& r = reqs_[size_t(id)];
   if (!r.alive()) return false;  // it ended before the cancel came

@@ -40,6 +40,7 @@ class DisaggregatedTopology final : public topology_i {
     return handoff_->add_request(id, now, std::move(prompt_hashes));
   }
   bool cancel(ReqId id, Time now) override;
+  void requests_moved(std::span<Request> requests) override;
   void before_planning(Time now) override;
   void step_planned(const Instance& in, const StepPlan& plan) override;
   bool holds_token(const Instance& in, const Request& r) const override {

@@ -35,12 +35,36 @@ size_t need_column(const CsvFile& csv, const char* name) {
   return c;
 }
 
-std::vector<TraceRow> read_csv_trace(const TraceSpec& t) {
+// prompt_token_ids: the prompt's ids, space-separated, exactly num_prefill_tokens of them.
+void read_token_ids(const CsvFile& csv, const std::vector<std::string>& row, size_t col, int64_t prompt_len,
+                    std::vector<Token>& pool) {
+  const std::string& f = row[col];
+  const size_t begin = pool.size();
+  size_t i = 0;
+  while (i < f.size()) {
+    if (f[i] == ' ') {
+      ++i;
+      continue;
+    }
+    int64_t v = 0;
+    const size_t start = i;
+    while (i < f.size() && f[i] >= '0' && f[i] <= '9' && v <= INT32_MAX) v = v * 10 + (f[i++] - '0');
+    if (i == start || v > INT32_MAX || (i < f.size() && f[i] != ' '))
+      csv.fail(col, fmt::format("expected token ids (integers in 0..{}) separated by spaces, got '{}'", INT32_MAX,
+                                f.substr(start, std::min<size_t>(f.find(' ', start) - start, 40))));
+    pool.push_back(Token(v));
+  }
+  if (int64_t(pool.size() - begin) != prompt_len)
+    csv.fail(col, fmt::format("{} token ids, but num_prefill_tokens is {}", pool.size() - begin, prompt_len));
+}
+
+std::vector<TraceRow> read_csv_trace(const TraceSpec& t, std::vector<Token>& token_pool) {
   const bool azure = t.format == TraceSpec::Format::Azure;
   CsvFile csv(t.path);
   const size_t c_t = need_column(csv, azure ? "TIMESTAMP" : "arrived_at");
   const size_t c_in = need_column(csv, azure ? "ContextTokens" : "num_prefill_tokens");
   const size_t c_out = need_column(csv, azure ? "GeneratedTokens" : "num_decode_tokens");
+  const size_t c_ids = azure ? CsvFile::npos : csv.column_index("prompt_token_ids");
   std::vector<TraceRow> rows;
   std::vector<std::string> row;
   while (csv.next(row)) {
@@ -52,6 +76,12 @@ std::vector<TraceRow> read_csv_trace(const TraceSpec& t) {
       ts = csv.number(row, c_t, 0, 1e12);
     }
     rows.push_back({ts, length_field(csv, row, c_in), length_field(csv, row, c_out)});
+    rows.back().line = csv.line();
+    if (c_ids != CsvFile::npos) {
+      rows.back().tokens_begin = token_pool.size();
+      rows.back().has_tokens = true;
+      read_token_ids(csv, row, c_ids, rows.back().prompt_len, token_pool);
+    }
   }
   return rows;
 }
@@ -142,8 +172,13 @@ bool parse_timestamp(const std::string& s, double& seconds) {
 }
 
 std::vector<TraceRow> read_trace(const TraceSpec& t, std::vector<int64_t>& hash_pool) {
+  std::vector<Token> token_pool;
+  return read_trace(t, hash_pool, token_pool);
+}
+
+std::vector<TraceRow> read_trace(const TraceSpec& t, std::vector<int64_t>& hash_pool, std::vector<Token>& token_pool) {
   std::vector<TraceRow> rows =
-      t.format == TraceSpec::Format::Mooncake ? read_mooncake(t, hash_pool) : read_csv_trace(t);
+      t.format == TraceSpec::Format::Mooncake ? read_mooncake(t, hash_pool) : read_csv_trace(t, token_pool);
   // Offsets from the earliest request (rows need not be sorted; none is dropped for that).
   double first = INFINITY;
   for (const TraceRow& r : rows) first = std::min(first, r.t_s);

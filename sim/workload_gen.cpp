@@ -99,7 +99,8 @@ void synthetic(const Workload& w, RequestSet& set) {
 void replay(const Workload& w, RequestSet& set) {
   const TraceSpec& t = *w.requests.trace;
   std::vector<int64_t> pool;
-  std::vector<TraceRow> rows = read_trace(t, pool);
+  std::vector<Token> token_pool;
+  std::vector<TraceRow> rows = read_trace(t, pool, token_pool);
   // Traces are sorted by time; a stable sort keeps file order for ties if one is not.
   std::stable_sort(rows.begin(), rows.end(), [](const TraceRow& x, const TraceRow& y) { return x.t_s < y.t_s; });
   const double end = t.duration_s > 0 ? t.start_s + t.duration_s : INFINITY;
@@ -114,8 +115,25 @@ void replay(const Workload& w, RequestSet& set) {
     r.hash_ids_count = row.hash_count;
     set.hash_ids.insert(set.hash_ids.end(), pool.begin() + row.hash_begin,
                         pool.begin() + row.hash_begin + row.hash_count);
+    if (row.has_tokens) {
+      const auto ids = std::span(token_pool).subspan(row.tokens_begin, size_t(row.prompt_len));
+      for (const Token id : ids)
+        if (id >= w.model.vocab)
+          throw InputError(
+              fmt::format("{}:{}: column 'prompt_token_ids': token id {} is not below the model's vocab "
+                          "({}, model.vocab)",
+                          t.path, row.line, id, w.model.vocab));
+      r.id = ReqId(set.prompt_token_begin.size());  // file order, until generate_requests numbers by arrival
+      set.prompt_token_begin.push_back(set.prompt_token_pool.size());
+      set.prompt_token_pool.insert(set.prompt_token_pool.end(), ids.begin(), ids.end());
+    }
     set.requests.push_back(r);
   }
+  if (set.has_given_prompts() && w.requests.shared_prefix.groups > 0)
+    throw InputError(
+        fmt::format("{}: field 'requests.shared_prefix': not with a trace that gives the prompt token ids "
+                    "({}'s prompt_token_ids column)",
+                    w.path, t.path));
   if (t.format == TraceSpec::Format::Mooncake) set.hash_block_size = t.hash_block_size;
   if (set.requests.empty())
     throw InputError(fmt::format("{}: the trace window (start_s {}, duration_s {}) holds no request", t.path, t.start_s,
@@ -177,6 +195,11 @@ RequestSet generate_requests(const Workload& w) {
   // Arrival order defines ids; ties keep generation order.
   std::stable_sort(set.requests.begin(), set.requests.end(),
                    [](const Request& x, const Request& y) { return x.arrival < y.arrival; });
+  if (set.has_given_prompts()) {  // the given ids follow their requests into arrival order
+    std::vector<size_t> begin(set.requests.size());
+    for (size_t i = 0; i < set.requests.size(); ++i) begin[i] = set.prompt_token_begin[size_t(set.requests[i].id)];
+    set.prompt_token_begin = std::move(begin);
+  }
   for (size_t i = 0; i < set.requests.size(); ++i) set.requests[i].id = static_cast<ReqId>(i);
   assign_prefix_groups(w, set);
   assign_cancellations(w, set);

@@ -2,6 +2,7 @@
 // from the seed, or a replayed trace. Deterministic: the same workload gives the same table.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/request.h"
@@ -13,6 +14,16 @@ struct RequestSet {
   std::vector<Request> requests;  // sorted by arrival; requests[i].id == i
   std::vector<int64_t> hash_ids;  // Mooncake prefix-block hashes, referenced by Request::hash_ids_*
   int32_t hash_block_size = 0;    // tokens per hash id (Mooncake: 512)
+  // Prompt token ids the trace gives (vidur's prompt_token_ids column: what `tandem serve`'s
+  // clients sent): request i's are [prompt_token_begin[i], + prompt_len) of prompt_token_pool.
+  // Both empty: the ids come from the seed (PromptTokens).
+  std::vector<Token> prompt_token_pool;
+  std::vector<size_t> prompt_token_begin;  // by request id
+  bool has_given_prompts() const { return !prompt_token_begin.empty(); }
+  std::span<const Token> given_prompt(const Request& r) const {
+    return {prompt_token_pool.data() + prompt_token_begin[static_cast<size_t>(r.id)],
+            static_cast<size_t>(r.prompt_len)};
+  }
 };
 
 RequestSet generate_requests(const Workload& w);

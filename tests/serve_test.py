@@ -15,12 +15,18 @@ sim       workloads/serve_sim.yaml (Llama-3-8B on an H200, the cost model's step
             path (404), wrong method (405), a missing API key (401): each an OpenAI error object
   cancel    a client that leaves mid-stream: its request is cancelled (/metrics: cancelled 1,
             nothing running), and the server goes on serving
+  max requests  --max-requests 3: the 4th request gets 503 naming the limit; -1 is refused (exit 2)
   shutdown  SIGINT with a stream in flight: exit 0, the stream ends with an error event naming
             the shutdown; --out has requests.csv (one row per request, the cancelled ones so
             marked), summary.json, arrivals.csv and served_workload.yaml, which `tandem run`
             replays (as many requests)
 cpu       workloads/cpu_tiny.yaml --backend cpu: the api checks, and golden: the token ids
-          streamed for 4 concurrent prompts equal `tandem generate`'s for each prompt alone
+          streamed for 4 concurrent prompts equal `tandem generate`'s for each prompt alone;
+          golden through the server: with --out and --record-prompts, 12 more concurrent prompts
+          (text and token ids, 4 sharing a 40-token prefix), then `tandem run` of the served
+          workload on the CPU backend (arrivals.csv gives the clients' prompt ids): the ids each
+          client was streamed, and every served request's output_tokens, equal the run's, token
+          for token
 pd-copy, pd-tcp   workloads/cpu_stage4_pd.yaml (1P1D on the CPU backend) over the copy / tcp
           channel: the api checks, and /metrics counts KV transfers > 0
 """
@@ -243,6 +249,78 @@ def golden_check(s, tandem, seed):
         check(results[i] == want, f"golden: prompt {i}: served token ids equal tandem generate's ({want[:4]}...)")
 
 
+def max_requests_check(tandem, workload):
+    """--max-requests N: the N-th request is served, the next gets 503 naming the limit."""
+    s = Server(tandem, workload, "--max-requests", "3")
+    try:
+        for i in range(3):
+            st, body = s.post_json("/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 2})
+            check(st == 200 and body["usage"]["completion_tokens"] == 2, f"--max-requests 3: request {i + 1}: 200")
+        st, body = s.post_json("/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 2})
+        msg = body["error"]["message"] if body else ""
+        check(st == 503 and "--max-requests" in msg and "3 requests" in msg, f"request 4: 503 ({msg})")
+    finally:
+        s.stop()
+    p = subprocess.run([tandem, "serve", workload, "--max-requests", "-1"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "--max-requests -1" in p.stderr, f"--max-requests -1: exit 2 ({p.stderr.strip()})")
+
+
+def golden_run_check(s, tandem, out):
+    """The token ids streamed by serve --backend cpu equal `tandem run`'s for the same prompts."""
+    shared = list(range(200, 240))
+    prompts = ([list(range(7 * i, 7 * i + 5 + 9 * i)) for i in range(4)] +          # token ids, 5..32 long
+               [f"prompt {i}: the quick brown fox" * (i + 1) for i in range(4)] +  # text: its UTF-8 bytes
+               [shared + [i, i + 1] for i in range(4)])                           # a shared prefix (cache hits)
+    keys = [tuple(p) if isinstance(p, list) else tuple(p.encode()) for p in prompts]
+    streamed = [None] * len(prompts)
+
+    def one(i):
+        st, ev = s.stream("/v1/completions", {"prompt": prompts[i], "max_tokens": 9 + i, "stream": True,
+                                              "return_token_ids": True})
+        streamed[i] = [e["choices"][0]["token_ids"][0] for e in ev if isinstance(e, dict) and e["choices"]]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]  # at once: batched together
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for i in range(8, len(prompts)):  # one after another: each finds the shared prefix cached
+        one(i)
+    rc, _ = s.stop(signal.SIGINT)
+    check(rc == 0, "SIGINT: exit 0")
+    arrivals = list(csv.DictReader(open(os.path.join(out, "arrivals.csv"))))
+    served = list(csv.DictReader(open(os.path.join(out, "requests.csv"))))
+    check(len(arrivals) == len(served) and all("prompt_token_ids" in a for a in arrivals),
+          f"arrivals.csv: {len(arrivals)} rows with prompt_token_ids")
+    replay = os.path.join(out, "replay")
+    p = subprocess.run([tandem, "run", os.path.join(out, "served_workload.yaml"), "--backend", "cpu", "--threads", "1",
+                        "--out", replay, "--quiet", "--trace", "none"], capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"tandem run --backend cpu replays the served prompts ({p.stderr.strip()[:300]})")
+    ran = list(csv.DictReader(open(os.path.join(replay, "requests.csv"))))
+    check(len(ran) == len(served), f"the replay has as many requests ({len(ran)} of {len(served)})")
+    by_prompt = {tuple(int(x) for x in a["prompt_token_ids"].split()): i for i, a in enumerate(arrivals)}
+    stream_tokens = 0
+    for i, key in enumerate(keys):
+        row = by_prompt.get(key)
+        check(row is not None, f"prompt {i} is in arrivals.csv")
+        want = [int(x) for x in ran[row]["output_tokens"].split()]
+        check(streamed[i] == want and len(want) == 9 + i,
+              f"prompt {i}: the {len(streamed[i] or [])} ids streamed equal tandem run's ({want[:3]}...)")
+        stream_tokens += len(want)
+    compared = tokens = 0
+    for a, b in zip(served, ran):  # every request served (the api checks' too): serve's record vs the run's
+        if a["status"] != "finished":
+            continue
+        check(a["output_tokens"] == b["output_tokens"] and a["output_tokens"],
+              f"request {a['id']}: served output_tokens equal tandem run's")
+        compared += 1
+        tokens += len(b["output_tokens"].split())
+    hits = json.load(open(os.path.join(replay, "summary.json")))["prefix_cache"]["hit_tokens"]
+    check(compared >= len(prompts) and hits > 0, f"prefix-cache hit tokens in the replay: {hits}")
+    print(f"golden through the server: {len(prompts)} streams ({stream_tokens} token ids as streamed) and all "
+          f"{compared} finished requests of requests.csv ({tokens} token ids) equal tandem run's")
+
+
 def main():
     tandem, src = sys.argv[1], sys.argv[2]
     mode = sys.argv[3] if len(sys.argv) > 3 else "sim"
@@ -274,6 +352,8 @@ def main():
                 shutdown_check(s, tandem, os.path.join(tmp, "out"))
             finally:
                 s.kill()
+            print("max requests:")
+            max_requests_check(tandem, wl("serve_sim.yaml"))
             s = Server(tandem, wl("serve_sim.yaml"), "--api-key-file", key)
             try:
                 st, _, _ = s.request("GET", "/v1/models")
@@ -283,12 +363,16 @@ def main():
             finally:
                 s.stop()
         elif mode == "cpu":
-            s = Server(tandem, wl("cpu_tiny.yaml"), "--backend", "cpu", "--threads", "1")
+            out = os.path.join(tmp, "out")
+            s = Server(tandem, wl("cpu_tiny.yaml"), "--backend", "cpu", "--threads", "1", "--out", out,
+                       "--record-prompts", "--trace", "none")
             try:
                 api_checks(s, "tiny")
                 golden_check(s, tandem, 5)
+                print("golden through the server:")
+                golden_run_check(s, tandem, out)
             finally:
-                s.stop()
+                s.kill()
         elif mode in ("pd-copy", "pd-tcp"):
             kind = mode.split("-")[1]
             s = Server(tandem, wl("cpu_stage4_pd.yaml"), "--backend", "cpu", "--threads", "1", "--set",

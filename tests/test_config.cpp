@@ -2,8 +2,11 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/rng.h"
@@ -500,6 +503,52 @@ TEST_CASE("bad trace rows name file, line and column") {
   CHECK(err("vidur", "bad_azure.csv").find("missing column 'arrived_at'") != std::string::npos);
   CHECK(err("mooncake", "bad_mooncake.jsonl").find("bad_mooncake.jsonl:2: field 'output_length'") != std::string::npos);
   CHECK(err("azure", "does_not_exist.csv").find("cannot open") != std::string::npos);
+}
+
+// tandem serve --record-prompts: a vidur trace may give each prompt's token ids; they follow their
+// request into arrival order and are its prompt (the engine serves them as a client's).
+TEST_CASE("a vidur trace's prompt_token_ids are the prompts; bad ones name file, line and column") {
+  const std::string dir = (std::filesystem::temp_directory_path() / fmt::format("tandem-ids-{}", ::getpid())).string();
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  auto load = [&](const std::string& path, const std::string& extra = "") {
+    return generate_requests(parse_workload(
+        "model: tiny\nhardware: h200\nrequests:\n  trace: {format: vidur, path: " + path + "}\n" + extra, "w.yaml"));
+  };
+  // Rows out of time order: the later one in the file arrives first and takes its ids along.
+  const RequestSet s = load(write("ok.csv",
+                                  "arrived_at,num_prefill_tokens,num_decode_tokens,prompt_token_ids\n"
+                                  "0.5,3,4,7 8 9\n0.0,2,5,100 101\n"));
+  REQUIRE(s.requests.size() == 2);
+  REQUIRE(s.has_given_prompts());
+  CHECK(s.requests[0].prompt_len == 2);
+  CHECK(std::vector<Token>(s.given_prompt(s.requests[0]).begin(), s.given_prompt(s.requests[0]).end()) ==
+        std::vector<Token>{100, 101});
+  CHECK(std::vector<Token>(s.given_prompt(s.requests[1]).begin(), s.given_prompt(s.requests[1]).end()) ==
+        std::vector<Token>{7, 8, 9});
+  CHECK_FALSE(load(write("plain.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,3,4\n")).has_given_prompts());
+  auto err = [&](const std::string& name, const std::string& rows, const std::string& extra = "") {
+    try {
+      load(write(name, "arrived_at,num_prefill_tokens,num_decode_tokens,prompt_token_ids\n" + rows), extra);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(err("count.csv", "0,3,4,7 8 9\n0,3,4,7 8\n")
+            .find("count.csv:3: column 'prompt_token_ids': 2 token ids, but "
+                  "num_prefill_tokens is 3") != std::string::npos);
+  CHECK(err("word.csv", "0,2,4,7 x\n").find("word.csv:2: column 'prompt_token_ids': expected token ids") !=
+        std::string::npos);
+  CHECK(err("vocab.csv", "0,2,4,7 99999999\n")
+            .find("vocab.csv:2: column 'prompt_token_ids': token id 99999999 is not "
+                  "below the model's vocab") != std::string::npos);
+  CHECK(err("shared.csv", "0,2,4,7 8\n", "  shared_prefix: {groups: 2, prefix_len: 4, fraction: 1}\n")
+            .find("field 'requests.shared_prefix'") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("empirical lengths from one file are drawn as pairs") {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -221,6 +222,71 @@ requests: {count: 1, arrival: {process: burst}, prompt_len: 1, output_len: 1}
   CHECK(seen.tokens.count(2) == 0);
   CHECK(seen.done == 3);
   CHECK(e.requests()[0].prompt_len == 40);
+}
+
+// tandem serve's table starts empty and grows as clients come (doubling), while earlier requests
+// are waiting, running, parked or moving between instances: the schedulers, KV caches, handoff
+// and topology must follow the moved table. Each wave is submitted from inside a step, so the
+// table grows with requests in every phase; every 7th request is cancelled a step later.
+TEST_CASE("an open run grows its request table from empty while requests are in flight (2 replicas, 1P1D)") {
+  for (const std::string layout :
+       {"engine: {enable_prefix_caching: true, data_parallel: 2, max_num_seqs: 64}\n",
+        "engine: {max_num_seqs: 64}\ndisaggregation: {enabled: true, decode: {max_num_seqs: 8}}\n"}) {
+    CAPTURE(layout);
+    const std::string y = "model: llama3-8b\nhardware: h200\n" + layout +
+                          "requests: {count: 1, arrival: {process: burst}, prompt_len: 1, output_len: 1}\n";
+    Workload w = parse_workload(y, "grow.yaml");
+    VirtualClock clock;
+    SimExecutor exec(make_cost_model(w.model, w.hardware, w.engine.tp));
+    Engine e(w, RequestSet{}, exec, clock);
+    struct Prompts : client_prompts_i {
+      std::vector<Token> p = std::vector<Token>(64, 5);  // one prompt for all: prefix hits on replay
+      std::span<const Token> prompt(ReqId) const override { return p; }
+    } prompts;
+    struct Feeder : run_observer_i {
+      Engine& e;
+      explicit Feeder(Engine& en) : e(en) {}
+      const int kTotal = 700, kWave = 50;
+      int submitted = 0, done = 0;
+      std::vector<ReqId> to_cancel;
+      std::set<size_t> table_sizes;  // the table's size (used and empty slots) seen at each step
+      std::map<ReqId, int> tokens;
+      void submit_wave() {
+        for (ReqId id : to_cancel) e.inbox().post(Cancel{id});
+        to_cancel.clear();
+        for (int k = 0; k < kWave && submitted < kTotal; ++k, ++submitted) {
+          e.inbox().post(Submit{submitted, 64, 20});
+          if (submitted % 7 == 3) to_cancel.push_back(submitted);
+        }
+        if (submitted == kTotal && to_cancel.empty()) e.inbox().post(Close{});
+      }
+      void on_step(const StepRecord&) override {
+        table_sizes.insert(e.requests().size());
+        if (submitted < kTotal || !to_cancel.empty()) submit_wave();
+      }
+      void on_token(const Request& r, Time) override { ++tokens[r.id]; }
+      void on_request_done(const Request&) override { ++done; }
+    } feeder(e);
+    e.open_arrivals(&prompts);
+    e.add_observer(&feeder);
+    feeder.submit_wave();
+    Summary s;
+    REQUIRE_NOTHROW(s = e.run());  // the end-of-run checks: nothing lost, no KV held or reserved
+    REQUIRE(e.requests().size() == size_t(feeder.kTotal));
+    CHECK(feeder.done == feeder.kTotal);
+    CHECK(s.cancelled == 100);  // ids 3, 10, ..., 696
+    CHECK(s.finished == feeder.kTotal - 100);
+    for (const Request& r : e.requests())
+      if (r.status == RequestStatus::Finished) CHECK(feeder.tokens[r.id] == 20);
+    // The table grew while the run went on (64 slots first, doubling to 1,024): at least 4 of
+    // those sizes were seen from inside steps (two replicas' steps may both submit a wave first).
+    CHECK(feeder.table_sizes.size() >= 4);
+    CHECK(*feeder.table_sizes.begin() == 64);
+    CHECK(*feeder.table_sizes.rbegin() == 1024);
+    MESSAGE(layout, ": table sizes seen ", feeder.table_sizes.size(), ", finished ", s.finished, ", cancelled ",
+            s.cancelled, ", transfers delivered ", s.disaggregation.delivered);
+    if (w.disaggregation.enabled) CHECK(s.disaggregation.delivered > 500);
+  }
 }
 
 TEST_CASE(
