@@ -8,7 +8,7 @@
 // exports its symbols (-rdynamic); the module holds backend/cuda alone and leaves the lower
 // layers' symbols undefined, bound to the executable's at load time. So there is one copy of
 // every backend global, and an exception the module throws (InputError, std::runtime_error) is
-// caught by sim/main.cpp's handlers as one thrown there.
+// caught by sim/commands/main.cpp's handlers as one thrown there.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -24,7 +24,7 @@
 namespace tandem {
 
 namespace cuda {
-// What the CUDA executor takes from a workload's engine section (sim/executors.cpp fills it from
+// What the CUDA executor takes from a workload's engine section (sim/run/executors.cpp fills it from
 // EngineSpec, whose defaults these repeat).
 struct CudaExecutorOptions {
   int32_t kv_blocks = 0;                   // KV cache blocks (engine.resolved_kv_blocks)

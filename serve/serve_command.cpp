@@ -16,7 +16,7 @@
 #include "serve/frontend.h"
 #include "serve/served_run.h"
 #include "serve/tokenizer.h"
-#include "sim/outputs_schema.h"
+#include "sim/outputs/outputs_schema.h"
 
 namespace po = boost::program_options;
 

@@ -8,7 +8,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "serve/tokenizer.h"
-#include "sim/workload_gen.h"
+#include "sim/workload/workload_gen.h"
 
 namespace tandem::serve {
 

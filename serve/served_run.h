@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include "sim/engine.h"
-#include "sim/outputs.h"
-#include "sim/run_setup.h"
+#include "sim/engine/engine.h"
+#include "sim/outputs/outputs.h"
+#include "sim/run/run_setup.h"
 
 namespace tandem::serve {
 

@@ -12,7 +12,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/llama.h"
 #include "core/rng.h"
-#include "sim/host_probe.h"
+#include "sim/base/host_probe.h"
 
 using namespace tandem;
 using namespace tandem::cpu;

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "backend/cost_model.h"
-#include "sim/engine.h"
+#include "sim/engine/engine.h"
 
 using namespace tandem;
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/config.h"
+#include "sim/workload/config.h"
 
 namespace tandem::testing {
 

@@ -3,7 +3,7 @@
 
 Usage: sweep_vllm_plot_test.py SOURCE_DIR TANDEM
 
-`tandem sweep` writes DIR/vllm/ in the layout of `vllm bench sweep serve` (sim/sweep_vllm.h).
+`tandem sweep` writes DIR/vllm/ in the layout of `vllm bench sweep serve` (sim/sweep/sweep_vllm.h).
 This test takes vLLM's plotting code (vllm/benchmarks/sweep/plot.py, plot_pareto.py, utils.py and
 vllm/utils/collection_utils.py) out of vLLM's wheel at test time into a scratch folder (never into
 the project), with empty package files in place of vLLM's heavy ones (its vllm/__init__.py and

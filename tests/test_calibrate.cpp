@@ -7,9 +7,9 @@
 
 #include "backend/cost_model.h"
 #include "core/rng.h"
-#include "sim/calibrate.h"
-#include "sim/calibrate_channel.h"
-#include "sim/config.h"
+#include "sim/calibrate/calibrate.h"
+#include "sim/calibrate/calibrate_channel.h"
+#include "sim/workload/config.h"
 
 using namespace tandem;
 

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "backend/cpu/checkpoint.h"
-#include "sim/config.h"
+#include "sim/workload/config.h"
 #include "tests/test_helpers.h"
 
 using namespace tandem;

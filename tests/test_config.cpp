@@ -10,10 +10,10 @@
 #include <string>
 
 #include "core/rng.h"
-#include "sim/config.h"
-#include "sim/prompt_hashes.h"
-#include "sim/traces.h"
-#include "sim/workload_gen.h"
+#include "sim/workload/config.h"
+#include "sim/workload/prompt_hashes.h"
+#include "sim/workload/traces.h"
+#include "sim/workload/workload_gen.h"
 #include "tests/test_helpers.h"
 
 using namespace tandem;

@@ -1,5 +1,5 @@
 // The CUDA backend's module loader (backend/cuda_module.h) and the factories sim/ reaches it by
-// (sim/executors.h), without a GPU or the real module: stand-in modules (cuda_module_fake.cpp)
+// (sim/run/executors.h), without a GPU or the real module: stand-in modules (cuda_module_fake.cpp)
 // that lack the entry point, carry another interface version, or throw from their factories.
 #include <doctest/doctest.h>
 #include <stdlib.h>
@@ -13,8 +13,8 @@
 #include "backend/cost_model.h"
 #include "backend/cuda_module.h"
 #include "core/error.h"
-#include "sim/config.h"
-#include "sim/executors.h"
+#include "sim/workload/config.h"
+#include "sim/run/executors.h"
 
 using namespace tandem;
 

@@ -20,11 +20,11 @@
 #include "backend/cuda/nccl_channel.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "sim/clock.h"
-#include "sim/engine.h"
-#include "sim/executors.h"
-#include "sim/run_setup.h"
-#include "sim/workload_gen.h"
+#include "sim/engine/clock.h"
+#include "sim/engine/engine.h"
+#include "sim/run/executors.h"
+#include "sim/run/run_setup.h"
+#include "sim/workload/workload_gen.h"
 #include "tests/test_helpers.h"
 
 using namespace tandem;
@@ -60,7 +60,7 @@ std::vector<std::byte> block_of(const std::vector<std::byte>& buf, size_t i, int
   return {buf.begin() + ptrdiff_t(i * size_t(block_bytes)), buf.begin() + ptrdiff_t((i + 1) * size_t(block_bytes))};
 }
 
-// The CUDA executor of a workload, its options from the engine section (sim/executors.h).
+// The CUDA executor of a workload, its options from the engine section (sim/run/executors.h).
 std::unique_ptr<executor_i> cuda_executor_for(Workload& w) {
   return cuda::make_cuda_executor(w.model, w.seed, cuda_executor_options(w.engine));
 }

@@ -1,4 +1,4 @@
-// The worker's side of 1P1D over tcp (sim/worker_server.cpp) that does not need a socket: what
+// The worker's side of 1P1D over tcp (sim/worker/worker_server.cpp) that does not need a socket: what
 // it takes from a Hello (decode_instance_workload: nothing but name, seed, model and engine; a
 // checkpoint only under --checkpoint-root, with one answer for every path outside it, existing
 // or not) and its test-only fault switch (parse_fault_injection). The connection itself runs in
@@ -18,7 +18,7 @@
 #include "backend/cpu/checkpoint.h"
 #include "core/error.h"
 #include "tests/test_helpers.h"
-#include "sim/worker_server.h"
+#include "sim/worker/worker_server.h"
 
 using namespace tandem;
 namespace fs = std::filesystem;

@@ -11,11 +11,11 @@
 
 #include "backend/cost_model.h"
 #include "core/rng.h"
-#include "sim/engine.h"
-#include "sim/events.h"
-#include "sim/executors.h"
-#include "sim/outputs.h"
-#include "sim/run_setup.h"
+#include "sim/engine/engine.h"
+#include "sim/engine/events.h"
+#include "sim/run/executors.h"
+#include "sim/outputs/outputs.h"
+#include "sim/run/run_setup.h"
 #include "tests/test_helpers.h"
 
 using namespace tandem;

@@ -7,11 +7,11 @@
 #include <tuple>
 
 #include "backend/cpu/cpu_executor.h"
-#include "sim/engine.h"
+#include "sim/engine/engine.h"
 #include "backend/transfer/channel_kind.h"
 #include "backend/transfer/channels.h"
-#include "sim/executors.h"
-#include "sim/run_setup.h"
+#include "sim/run/executors.h"
+#include "sim/run/run_setup.h"
 #include "tests/golden.h"
 #include "tests/test_helpers.h"
 

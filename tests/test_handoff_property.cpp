@@ -1,7 +1,7 @@
 // Stage 4's handoff under random load. Two tests drive a prefill and a decode scheduler and the
 // Handoff between them with a small discrete-event loop written here (arrivals, steps of random
 // length, a KV channel with random latency, cancels), routing cancels through Handoff::cancel_anywhere, as the
-// disaggregated topology (sim/topology_disaggregated.cpp) does:
+// disaggregated topology (sim/engine/topology_disaggregated.cpp) does:
 //
 //   property      random 1P1D workloads on tiny pools, with the channel's faults injected (drop,
 //                 delay, timeout, corrupt, duplicate and stale completions) and cancels in every

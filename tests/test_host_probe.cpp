@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "sim/host_probe.h"
+#include "sim/base/host_probe.h"
 
 using namespace tandem;
 

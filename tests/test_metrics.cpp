@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "sim/metrics.h"
+#include "sim/engine/metrics.h"
 
 using namespace tandem;
 

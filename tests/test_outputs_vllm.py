@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""vllm_result.json (sim/outputs_vllm.cpp) against vLLM v0.34.0's format and tandem's own outputs.
+"""vllm_result.json (sim/outputs/outputs_vllm.cpp) against vLLM v0.34.0's format and tandem's own outputs.
 
 Usage: test_outputs_vllm.py TANDEM SOURCE_DIR
 

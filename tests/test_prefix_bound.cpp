@@ -1,4 +1,4 @@
-// The ideal prefix hit count (sim/prefix_bound.h): equal to hand-computed values on small
+// The ideal prefix hit count (sim/workload/prefix_bound.h): equal to hand-computed values on small
 // workloads, and never below what a run hits, request by request.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -9,8 +9,8 @@
 #include <set>
 
 #include "backend/cost_model.h"
-#include "sim/engine.h"
-#include "sim/prefix_bound.h"
+#include "sim/engine/engine.h"
+#include "sim/workload/prefix_bound.h"
 #include "tests/test_helpers.h"
 
 using namespace tandem;

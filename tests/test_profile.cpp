@@ -9,9 +9,9 @@
 
 #include "backend/cost_model.h"
 #include "backend/warmup.h"
-#include "sim/calibrate.h"
-#include "sim/config.h"
-#include "sim/config_sections.h"
+#include "sim/calibrate/calibrate.h"
+#include "sim/workload/config.h"
+#include "sim/workload/config_sections.h"
 
 using namespace tandem;
 

@@ -12,9 +12,9 @@
 
 #include "backend/cost_model.h"
 #include "core/rng.h"
-#include "sim/engine.h"
-#include "sim/prefix_bound.h"
-#include "sim/traces.h"
+#include "sim/engine/engine.h"
+#include "sim/workload/prefix_bound.h"
+#include "sim/workload/traces.h"
 
 using namespace tandem;
 
@@ -72,7 +72,7 @@ TEST_CASE("mooncake conversation: hash ids per 512 tokens, a window replayed") {
 // Prefix caching on the whole Mooncake hour, simulated: the default KV cache of the preset
 // (llama3.1-8b, so that the 126k-token prompts fit max_model_len; H200) and one of 8,192 blocks
 // (131k tokens: every request still fits, about ten at a time, so cached blocks are evicted).
-// Both hit at most the ideal of sim/prefix_bound.h, which is cross-checked against the same
+// Both hit at most the ideal of sim/workload/prefix_bound.h, which is cross-checked against the same
 // ideal counted on the trace's own 512-token hash ids.
 TEST_CASE("mooncake conversation: the whole hour with prefix caching, below the ideal") {
   const std::string path = shared_traces() + "/mooncake/conversation_trace.jsonl";

@@ -1,4 +1,4 @@
-// The sweep's capacity search and SLO check (sim/sweep_search.h) against thresholds known in
+// The sweep's capacity search and SLO check (sim/sweep/sweep_search.h) against thresholds known in
 // advance; the whole command is tested on real runs in tests/sweep_test.sh.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <functional>
 
 #include "core/utf8.h"
-#include "sim/sweep_search.h"
+#include "sim/sweep/sweep_search.h"
 
 using namespace tandem;
 

@@ -33,7 +33,7 @@ import tarfile
 import time
 
 NAN = float("nan")
-# A measured run warns when other work took more than this share of its cores' time (sim/host_probe.h
+# A measured run warns when other work took more than this share of its cores' time (sim/base/host_probe.h
 # kTakenWarn; summary.json records it as conditions.cores_taken_warn_above).
 TAKEN_WARN = 0.25
 

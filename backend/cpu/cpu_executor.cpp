@@ -18,7 +18,7 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   return r;
 }
 
-// The per-GPU rule of the KV sizing (sim/config.h, KvCapacity) summed over the ranks, which are
+// The per-GPU rule of the KV sizing (sim/workload/config.h, KvCapacity) summed over the ranks, which are
 // threads of this one process: the layers' shards add up to the whole model once, the embedding
 // and LM head are held once for all ranks, and the KV store holds every rank's share of each block.
 CpuMemoryNeed cpu_memory_need(const ModelSpec& m, const CpuExecutorOptions& opt, std::string part) {

@@ -48,7 +48,7 @@ CpuMemoryNeed cpu_memory_need(const ModelSpec& m, const CpuExecutorOptions& opt,
 // of it, and with their weights and what this process holds already (its resident set) within
 // 80% of it. Throws InputError naming each part's weights and KV. make_cpu_executor checks its
 // own instance so (counting the instances built before it, which are resident by then);
-// sim/executors.cpp checks all of a run's instances together, before it builds any.
+// sim/run/executors.cpp checks all of a run's instances together, before it builds any.
 void check_cpu_memory(std::span<const CpuMemoryNeed> parts);
 
 // Builds the model for a workload: checkpoint weights if model.checkpoint is set, else dummy

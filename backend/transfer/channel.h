@@ -3,7 +3,7 @@
 //   sim   modelled: latency + bytes / bandwidth (optionally overlapped with the last prefill
 //         step layer by layer); no bytes move. The simulated backend prices every channel so.
 //   copy  one process, two KV stores: blocks read from one and written to the other.
-//   tcp   two processes over a socket (sim/tcp_channel.h, its worker sim/worker_server.h): framed,
+//   tcp   two processes over a socket (sim/remote/tcp_channel.h, its worker sim/worker/worker_server.h): framed,
 //         checksummed, with timeouts.
 //   nccl  two GPUs in one process (send/recv).
 // An RDMA transport (UCX, NIXL) would be one more implementation: the scheduler sees tickets

@@ -12,7 +12,7 @@ namespace tandem {
 
 namespace {
 // The table. The implementations: SimChannel and CopyChannel (channels.h), the tcp channel
-// (sim/tcp_channel.h, with its worker), the CUDA module's device copy and nccl
+// (sim/remote/tcp_channel.h, with its worker), the CUDA module's device copy and nccl
 // (backend/cuda/cuda_channels.cpp).
 // A deque: a row found stays where it is when a test adds one.
 std::deque<ChannelKind>& table() {

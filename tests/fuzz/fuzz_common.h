@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "sim/config.h"
+#include "sim/workload/config.h"
 
 namespace tandem_fuzz {
 

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "sim/compare.h"
+#include "sim/commands/compare.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace {

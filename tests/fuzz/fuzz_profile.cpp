@@ -1,10 +1,10 @@
 // A hardware profile file (what `tandem calibrate` writes, read when a workload names it:
-// hardware: PROFILE.yaml; parse_hardware in sim/config_model.cpp). The input is the profile;
+// hardware: PROFILE.yaml; parse_hardware in sim/workload/config_model.cpp). The input is the profile;
 // the workload around it is fixed (model tiny, as the seed profiles were fitted on). Loading
 // must succeed or throw InputError, and a loaded workload must print.
 #include <string>
 
-#include "sim/config.h"
+#include "sim/workload/config.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

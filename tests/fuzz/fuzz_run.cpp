@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "backend/cost_model.h"
-#include "sim/clock.h"
-#include "sim/config.h"
-#include "sim/engine.h"
-#include "sim/outputs.h"
+#include "sim/engine/clock.h"
+#include "sim/workload/config.h"
+#include "sim/engine/engine.h"
+#include "sim/outputs/outputs.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace {

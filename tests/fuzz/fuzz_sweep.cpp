@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "sim/sweep_file.h"
-#include "sim/sweep_run.h"
+#include "sim/sweep/sweep_file.h"
+#include "sim/sweep/sweep_run.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/traces.h"
+#include "sim/workload/traces.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

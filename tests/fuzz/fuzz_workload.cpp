@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/config.h"
+#include "sim/workload/config.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
