@@ -142,7 +142,9 @@ void ServedRun::on_token(const Request& r, Time at) {
 void ServedRun::on_request_done(const Request& r) {
   if (!o_.record_prompts) {
     std::lock_guard lock(prompts_mu_);
-    prompts_[size_t(r.id)] = {};
+    // Swapped with an empty vector, not `= {}`: that assigns an empty initializer list and keeps
+    // the buffer, so every prompt served stayed allocated to the end (heaptrack: all of them).
+    std::vector<Token>().swap(prompts_[size_t(r.id)]);
   }
   num_scheduled_alive_ -= delivered(r.id).scheduled;
   --num_alive_;
