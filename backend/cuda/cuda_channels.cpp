@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_model.h"
 #include "backend/cuda/kv_blocks.h"
 #include "backend/cuda/nccl_channel.h"
+#include "backend/transfer/channel_kind.h"
 #include "core/error.h"
 
 namespace tandem::cuda {
@@ -38,9 +39,17 @@ std::unique_ptr<kv_channel_i> make_cuda_channel(const std::string& kind, executo
   // re-layout is built; the nccl channel refuses TP above 1 on either side below).
   const KvLayoutCheck c = check_kv_layouts(prefill.kv_store()->kv_layout(), decode.kv_store()->kv_layout());
   if (c.match == KvLayoutMatch::Incompatible) throw InputError(fmt::format("{} channel: {}", kind, c.why));
-  if (kind == "copy" && c.match == KvLayoutMatch::Relayout) return nullptr;
-  if (kind == "copy") return std::make_unique<DeviceCopyChannel>(*from, *to);
-  if (kind == "nccl") return std::make_unique<NcclChannel>(*from, *to);
+  // Which implementation: the table's row says (channel_kind.h), so no kind is named here.
+  const ChannelKind* row = find_channel_kind(kind);
+  switch (row ? row->device : DeviceChannel::none) {
+    case DeviceChannel::copy:
+      if (c.match == KvLayoutMatch::Relayout) return nullptr;
+      return std::make_unique<DeviceCopyChannel>(*from, *to);
+    case DeviceChannel::nccl:
+      return std::make_unique<NcclChannel>(*from, *to);
+    case DeviceChannel::none:
+      break;
+  }
   return nullptr;
 }
 

@@ -34,8 +34,9 @@ class DeviceCopyChannel final : public kv_channel_i {
   int32_t from_blocks_ = 0, to_blocks_ = 0;
 };
 
-// The channel factory (sim/run/executors.h ChannelFactory): copy -> DeviceCopyChannel and nccl ->
-// NcclChannel when both executors are CUDA ones; null otherwise (sim/ then takes the generic
+// The channel factory (sim/run/executors.h ChannelFactory): the kind's row in the channel table
+// (backend/transfer/channel_kind.h, its `device`) picks DeviceCopyChannel or NcclChannel when both
+// executors are CUDA ones; null otherwise (sim/ then takes the generic
 // channel of that kind, or reports that there is none), and for copy between layouts that differ
 // by tensor parallelism (the generic copy channel re-lays them out). Layouts that cannot be
 // converted: InputError naming both sides.

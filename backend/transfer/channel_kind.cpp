@@ -20,11 +20,12 @@ std::deque<ChannelKind>& table() {
       {.name = "sim", .where = "modelled", .moves_kv = false, .in_process = {}},
       {.name = "copy",
        .where = "one process",
+       .device = DeviceChannel::copy,
        .in_process = [](kv_store_i& from, kv_store_i& to) -> std::unique_ptr<kv_channel_i> {
          return std::make_unique<CopyChannel>(from, to);
        }},
       {.name = "tcp", .where = "two processes", .remote_decode = true, .in_process = {}},
-      {.name = "nccl", .where = "two GPUs", .needs_cuda = true, .in_process = {}},
+      {.name = "nccl", .where = "two GPUs", .needs_cuda = true, .device = DeviceChannel::nccl, .in_process = {}},
   };
   return rows;
 }

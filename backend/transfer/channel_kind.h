@@ -13,12 +13,18 @@
 
 namespace tandem {
 
+// Which of the CUDA module's device-to-device channels (backend/cuda/cuda_channels.cpp) serves a
+// kind between two CUDA executors of one process: the module switches on this, so that no file
+// but the table compares a kind's name.
+enum class DeviceChannel { none, copy, nccl };
+
 struct ChannelKind {
   std::string name;
   std::string where;            // where the two instances are, for messages: "one process"
   bool moves_kv = true;         // false: the transfer is only priced (a real backend cannot use it)
   bool remote_decode = false;   // the decode instance is a worker process: takes a peer and a secret
   bool needs_cuda = false;      // built by the CUDA backend's module only (between GPUs)
+  DeviceChannel device = DeviceChannel::none;  // the CUDA module's implementation, where it has one
   // Between two KV stores of this process; null where another part builds the channel (the
   // topology prices a modelled one, the run's wiring reaches a remote decode, the CUDA module
   // builds its own). A CUDA build's module is asked first for every kind.
