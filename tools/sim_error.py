@@ -15,8 +15,11 @@ but not counted either way (tools/sim-vs-measured measures such a case again fir
 summaries do not hold (an older summary.json) is shown as "-" and not counted. A case with one
 measured run has no spread: its target is the fixed floor, and the verdict says so.
 Then, over every measured repetition, the per-step prediction error (steps.csv: predicted_ms,
-the cost model's price of the step, against elapsed_ms) by kind: decode-only, prefill-only,
-mixed; median, p90 and max of |error|, and the median signed error.
+the cost model's price of the step, against the time the step held its instance: from its start
+to the next step's, for steps followed at once by another; the executor's compute plus the
+engine's host work after it, which a profile with served traffic prices as `loop_gap_us`) by
+kind: decode-only, prefill-only, mixed; median, p90 and max of |error|, and the median signed
+error (positive: priced high).
 Standard library only (tools/tandem_tools.py).
 """
 import csv
@@ -59,18 +62,44 @@ def judge(error, spread, key):
 
 
 def step_errors(run_dirs):
+    """{kind: [signed error]} of the measured runs' steps: the price (predicted_ms) against the time
+    the step held its instance, from its start to the start of the instance's next step, for steps
+    followed at once by another (the next is not after_idle). That span is what a simulated step
+    occupies: a profile that learned the engine's host work between steps (loop_gap_us) prices it
+    into each step, so comparing with elapsed_ms (the executor's compute alone) would report that
+    host work as an error of the price. A step followed by an idle spell or by none is left out.
+    steps.csv files without start_s/after_idle fall back to their pred_error (price vs compute)."""
     kinds = {"decode": [], "prefill": [], "mixed": []}
     for d in run_dirs:
         path = os.path.join(d, "steps.csv")
         if not os.path.exists(path):
             continue
         with open(path) as f:
-            for row in csv.DictReader(f):
-                if "pred_error" not in row:
-                    continue
-                n_pre, n_dec = int(row["n_prefill"]), int(row["n_decode"])
-                kind = "decode" if n_pre == 0 else ("prefill" if n_dec == 0 else "mixed")
-                kinds[kind].append(float(row["pred_error"]))
+            rows = list(csv.DictReader(f))
+        if not rows or "predicted_ms" not in rows[0]:
+            continue
+        spans = "start_s" in rows[0] and "after_idle" in rows[0]
+        next_of = {}  # row index -> the index of the same instance's next step
+        if spans:
+            last = {}
+            for i, row in enumerate(rows):
+                inst = row.get("instance", "0")
+                if inst in last:
+                    next_of[last[inst]] = i
+                last[inst] = i
+        for i, row in enumerate(rows):
+            n_pre, n_dec = int(row["n_prefill"]), int(row["n_decode"])
+            kind = "decode" if n_pre == 0 else ("prefill" if n_dec == 0 else "mixed")
+            if not spans:
+                if "pred_error" in row:
+                    kinds[kind].append(float(row["pred_error"]))
+                continue
+            j = next_of.get(i)
+            if j is None or rows[j]["after_idle"] not in ("0", ""):
+                continue
+            held_ms = 1000.0 * (float(rows[j]["start_s"]) - float(row["start_s"]))
+            if held_ms > 0:
+                kinds[kind].append(float(row["predicted_ms"]) / held_ms - 1.0)
     return kinds
 
 
@@ -206,7 +235,8 @@ def main(argv):
     if steps:
         print(tt.format_table(["case", "step kind", "steps", "|error| median %", "|error| p90 %", "|error| max %",
                                "signed median %"], steps, left=2,
-                              title="per-step prediction error of the measured runs (steps.csv pred_error):"))
+                              title="per-step prediction error of the measured runs (steps.csv predicted_ms against the start-to-start "
+                                    "time of back-to-back steps; positive: priced high):"))
     if conds:
         print(tt.format_table(["case", "runs", "cores taken max %", "runs warned"], conds,
                               title="conditions of the measured runs (summary.json): the largest share of their "

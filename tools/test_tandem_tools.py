@@ -232,6 +232,30 @@ class SimError(unittest.TestCase):
         self.assertTrue(tt.is_nan(self.se.spread_of([10.0])))
         self.assertAlmostEqual(self.se.spread_of([9.0, 10.0, 11.0]), 0.2)
 
+    def test_step_errors_start_to_start(self):
+        """#39: a step's price is judged against the time it held its instance (start to the next
+        step's start), which is what a profile with a loop gap prices; not against compute alone."""
+        d = os.path.join(self.tmp, "steps")
+        os.makedirs(d)
+        cols = "step,instance,start_s,elapsed_ms,n_prefill,n_decode,after_idle,predicted_ms,pred_error\n"
+        with open(os.path.join(d, "steps.csv"), "w") as f:
+            f.write(cols)
+            f.write("0,0,1.000,0.25,0,1,1,0.33,0.32\n")    # held 0.30 ms (0.25 compute + 0.05 host)
+            f.write("1,1,1.0001,2.00,1,0,1,2.00,0.0\n")    # instance 1: its next step is after idle
+            f.write("2,0,1.0003,0.25,0,1,0,0.30,0.20\n")   # held 0.30 ms: priced exactly
+            f.write("3,0,1.0006,0.25,0,1,0,0.30,0.20\n")   # its next step comes after an idle spell
+            f.write("4,1,1.0100,2.00,1,0,1,2.00,0.0\n")    # the last of instance 1
+            f.write("5,0,1.0200,0.25,0,1,1,0.30,0.20\n")   # the last of instance 0
+        kinds = self.se.step_errors([d])
+        self.assertEqual(kinds["prefill"], [])               # instance 1: never back to back
+        self.assertEqual(len(kinds["decode"]), 2)            # steps 0 and 2
+        self.assertAlmostEqual(kinds["decode"][0], 0.10, places=6)
+        self.assertAlmostEqual(kinds["decode"][1], 0.0, places=6)
+        # An older steps.csv without start_s/after_idle: its pred_error (price vs compute).
+        with open(os.path.join(d, "steps.csv"), "w") as f:
+            f.write("step,elapsed_ms,n_prefill,n_decode,predicted_ms,pred_error\n0,0.25,0,1,0.30,0.2\n")
+        self.assertEqual(self.se.step_errors([d])["decode"], [0.2])
+
     def test_medians_judged(self):
         """#39: p50s and p90s are judged beside means and p99s; a figure no run holds is not counted."""
         d = os.path.join(self.tmp, "med")
