@@ -99,6 +99,18 @@ const char* step_kind_name(StepKind k) {
   return k == StepKind::Decode ? "decode" : k == StepKind::Prefill ? "prefill" : "mixed";
 }
 
+int32_t refine_size(const StepPlan& plan) {
+  return step_kind(plan) == StepKind::Decode ? int32_t(plan.seqs.size()) : plan.num_tokens;
+}
+
+double refine_factor(const OperatorProfile& p, StepKind k, int32_t size) {
+  const std::vector<SizeResidual>& by_size = p.refine_by_size[int(k)];
+  const auto cls = std::lower_bound(by_size.begin(), by_size.end(), size,
+                                    [](const SizeResidual& r, int32_t v) { return r.upto < v; });
+  if (cls != by_size.end() && size > cls->upto / 2) return cls->factor;  // its own class (u/2, u], not a larger one
+  return k == StepKind::Decode ? p.refine_decode : k == StepKind::Prefill ? p.refine_prefill : p.refine_mixed;
+}
+
 StepPlan plan_of_profile_step(const ProfileStep& s) {
   StepPlan plan;
   if (s.kind == "mixed") {  // the file records the prompt's size in tokens
@@ -209,7 +221,7 @@ StepCost ProfiledCostModel::estimate(const StepPlan& plan) const {
     c.comm_s *= r;
   }
   c.overhead_s += p.loop_gap_s;
-  double f = k == StepKind::Decode ? p.refine_decode : k == StepKind::Prefill ? p.refine_prefill : p.refine_mixed;
+  double f = refine_factor(p, k, refine_size(plan));
   if (plan.after_idle) f *= p.idle_factor;
   c.gemm_s *= f;
   c.attention_s *= f;

@@ -59,6 +59,10 @@ StepPlan plan_of_profile_step(const ProfileStep& s);
 enum class StepKind { Decode, Prefill, Mixed };
 StepKind step_kind(const StepPlan& plan);
 const char* step_kind_name(StepKind k);
+// The size a residual is classed by: a decode step's sequences, another step's tokens.
+int32_t refine_size(const StepPlan& plan);
+// A profile's residual for a step of this kind and size: its size class's, else its kind's.
+double refine_factor(const OperatorProfile& p, StepKind k, int32_t size);
 
 // The features both models use: summed over the plan's sequences.
 struct PlanFeatures {

@@ -48,6 +48,7 @@ struct CalibrationConditions {
   int32_t repeat_over = 0;        // shapes whose two fastest differ by more than kRepeatBound (reported)
   int32_t repeat_compared = 0;    // shapes compared (at least two repetitions and kRepeatMinMs)
   std::string repeat_worst;       // the worst shape, e.g. "decode 16x1 @512: +34.0 %"
+  int32_t grid_tries = 1;         // grids measured: calibrate measures again (up to kGridTries) one it would refuse
   bool accepted_noisy = false;    // written with --accept-noisy although the checks refused it
 };
 // The bounds, from grids measured on a shared 2-core VM (reports/simulation-fidelity/report.md,
@@ -58,9 +59,25 @@ struct CalibrationConditions {
 // catches it; the other two catch a grid whose noise is beyond what this machine shows quiet.
 constexpr double kRepeatBound = 0.10;       // a shape whose two fastest repetitions differ by more is counted
 constexpr double kRepeatMedianMax = 0.20;   // refused: the median shape's two fastest differ by more
+// Refused: more than this share of the shapes beyond kRepeatBound. A quiet grid has 0-4 of 69
+// (2026-12-06); one with 29 of 69 (median +7.2 %, under the median bound) priced prefill ~10 %
+// off the quiet grids half an hour either side of it (reports/simulation-fidelity/report.md).
+constexpr double kRepeatOverShareMax = 0.25;
+constexpr int kRepeatOverMinShapes = 8;    // the share is judged over at least this many compared shapes
+constexpr int kGridTries = 3;              // a refused grid is measured again, up to this many grids in all
 constexpr double kRepeatMinMs = 0.5;        // shorter steps are not compared (timer and wake-up jitter)
 constexpr double kReferenceBound = 0.40;    // refused: the reference moved by more between before and after
 constexpr double kMinCpuShare = 0.90;       // refused (CPU backend): the grid had its cores less of the time
+
+// A residual for the served steps of one size class of one kind (decode: sequences in the step;
+// prefill and mixed: tokens in the step): a step whose size is in (the previous class's upto, upto]
+// takes `factor` instead of its kind's residual. Classes are powers of two; only classes with
+// enough served steps are kept.
+struct SizeResidual {
+  int32_t upto = 0;
+  double factor = 1.0;
+  int32_t steps = 0;
+};
 
 struct OperatorProfile {
   // Provenance: what it was measured on, and how.
@@ -79,6 +96,10 @@ struct OperatorProfile {
   double loop_gap_s = 0;
   double refine_decode = 1.0, refine_prefill = 1.0, refine_mixed = 1.0;
   int32_t refine_steps = 0;
+  // The residual by size, per step kind (indexed by StepKind: decode, prefill, mixed), ascending
+  // in upto: a grid can be right on average and wrong at the sizes served traffic runs most
+  // (on the CPU, one-sequence decodes priced 24-27 % high and two-sequence ones 24-26 % low).
+  std::vector<SizeResidual> refine_by_size[3];
   CalibrationConditions conditions;
 
   // Derived by derive_curves() from `raw` (not stored in the file).

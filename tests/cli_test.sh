@@ -313,7 +313,14 @@ mkdir -p "$p12"
 expect 0 "profile written to .*p12/tiny.yaml" -- calibrate --backend cpu --model tiny --quick --reps 1 --budget 20 \
   --threads 1 --accept-noisy --out "$p12/tiny.yaml"
 expect 0 "" -- run "$src/workloads/cpu_tiny.yaml" --set hardware="$p12/tiny.yaml" --out "$p12/sim" --quiet
-check "steps.csv carries predicted_ms and pred_error" grep -q ',predicted_ms,pred_error$' "$p12/sim/steps.csv"
+check "steps.csv carries predicted_ms, pred_error and host_ms" grep -q ',predicted_ms,pred_error,host_ms$' "$p12/sim/steps.csv"
+# host_ms: the loop's own time on a real step under the wall clock; empty in simulated time and
+# under the virtual clock (not on the timeline there).
+expect 0 "" -- run "$src/workloads/cpu_tiny.yaml" --backend cpu --threads 1 --set requests.count=4 --out "$p12/cpu" --quiet
+check "host_ms: measured (a number) on every step of a wall-clock CPU run, empty in simulated time and on the virtual clock" \
+  bash -c "awk -F, 'NR>1 && \$24 !~ /^[0-9]+\\.[0-9]+\$/ { bad=1 } NR>1 { n++ } END { exit bad || n == 0 }' '$p12/cpu/steps.csv' &&
+           awk -F, 'NR>1 && \$24 != \"\" { bad=1 } END { exit bad }' '$p12/sim/steps.csv' &&
+           awk -F, 'NR>1 && \$24 != \"\" { bad=1 } END { exit bad }' '$tmp/cpu/steps.csv'"
 expect 0 "predicted step times \\(ms\\), profiled" -- validate "$src/workloads/cpu_tiny.yaml" --set hardware="$p12/tiny.yaml"
 check "the profile records its conditions (CPU share, load, the reference step) and fits the mixed correction" \
   bash -c "grep -Eq 'cpu_share_grid: [01](\\.[0-9]|$)' '$p12/tiny.yaml' && grep -q 'reference: decode' '$p12/tiny.yaml' && grep -q 'mixed_fit: true' '$p12/tiny.yaml'"
@@ -1039,8 +1046,8 @@ for n in ("dp2", "pd"):
         assert i["peak_util"] == x["kv_peak_util"] and i["mean_util"] == x["kv_mean_util"], n
 assert s["pd"]["disaggregation"]["first_token_from"] == "prefill"
 # steps.csv names each instance's role when there are several; a one-instance file is unchanged.
-assert open(f"{d}/pd/steps.csv").readline().rstrip("\n").endswith(",pred_error,role")
-assert open(f"{d}/colo/steps.csv").readline().rstrip("\n").endswith(",pred_error")
+assert open(f"{d}/pd/steps.csv").readline().rstrip("\n").endswith(",pred_error,host_ms,role")
+assert open(f"{d}/colo/steps.csv").readline().rstrip("\n").endswith(",pred_error,host_ms")
 print("    layout and kv_cache as expected")
 PY
   # The trace names P's steps prefill, never prefill+decode, and each track by its role.

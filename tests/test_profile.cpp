@@ -162,6 +162,70 @@ TEST_CASE("refine_profile: a residual needs enough steps of its kind, an idle fa
   CHECK(idle_factor_of(std::vector<double>(kMinIdleSamples, 50.0)) == 10.0);  // capped
 }
 
+TEST_CASE("refine_profile: a residual per size class where served traffic has enough steps of it") {
+  OperatorProfile p = truth_profile();
+  std::vector<ServedStep> steps;
+  // One-sequence decodes run 20 % under their prediction, two-sequence ones 25 % over (the CPU's
+  // pattern, reports/simulation-fidelity/report.md); 3-4 sequences too few for a class of their own.
+  for (int i = 0; i < 40; ++i) steps.push_back({StepKind::Decode, false, false, 0.8 * 0.010, 0.010, 1});
+  for (int i = 0; i < 30; ++i) steps.push_back({StepKind::Decode, false, false, 1.25 * 0.012, 0.012, 2});
+  for (int i = 0; i < 5; ++i) steps.push_back({StepKind::Decode, false, false, 1.0 * 0.015, 0.015, 4});
+  for (int i = 0; i < 25; ++i) steps.push_back({StepKind::Prefill, false, false, 1.1 * 0.05, 0.05, 200});
+  const std::string notes = refine_profile(p, steps, 0);
+  REQUIRE(p.refine_by_size[int(StepKind::Decode)].size() == 2);
+  CHECK(p.refine_by_size[int(StepKind::Decode)][0].upto == 1);
+  CHECK(p.refine_by_size[int(StepKind::Decode)][0].factor == doctest::Approx(0.8));
+  CHECK(p.refine_by_size[int(StepKind::Decode)][0].steps == 40);
+  CHECK(p.refine_by_size[int(StepKind::Decode)][1].upto == 2);
+  CHECK(p.refine_by_size[int(StepKind::Decode)][1].factor == doctest::Approx(1.25));
+  REQUIRE(p.refine_by_size[int(StepKind::Prefill)].size() == 1);
+  CHECK(p.refine_by_size[int(StepKind::Prefill)][0].upto == 256);  // 200 tokens: the class (128, 256]
+  CHECK(p.refine_by_size[int(StepKind::Mixed)].empty());
+  CHECK(notes.find("residual decode by size (sequences up to: residual (steps)): 1: 0.8000 (40), 2: 1.2500 (30)") !=
+        std::string::npos);
+  // The kind's residual is the total over every size; a size without a class of its own takes it.
+  const double kind = (40 * 0.8 * 0.010 + 30 * 1.25 * 0.012 + 5 * 0.015) / (40 * 0.010 + 30 * 0.012 + 5 * 0.015);
+  CHECK(p.refine_decode == doctest::Approx(kind));
+  CHECK(refine_factor(p, StepKind::Decode, 1) == doctest::Approx(0.8));
+  CHECK(refine_factor(p, StepKind::Decode, 2) == doctest::Approx(1.25));
+  CHECK(refine_factor(p, StepKind::Decode, 3) == doctest::Approx(kind));   // (2, 4]: no class kept
+  CHECK(refine_factor(p, StepKind::Decode, 64) == doctest::Approx(kind));  // beyond every class
+  CHECK(refine_factor(p, StepKind::Prefill, 129) == doctest::Approx(1.1));
+  CHECK(refine_factor(p, StepKind::Prefill, 128) == doctest::Approx(p.refine_prefill));  // the class below
+  CHECK(refine_factor(p, StepKind::Mixed, 200) == doctest::Approx(p.refine_mixed));
+  // The cost model applies it: a one-sequence decode priced at 0.8 of the grid, a two-sequence one at 1.25.
+  auto q = std::make_shared<OperatorProfile>(p);
+  auto bare = std::make_shared<OperatorProfile>(truth_profile());
+  const std::vector<std::tuple<int, int, bool>> one{{300, 1, true}}, two{{300, 1, true}, {40, 1, true}};
+  CHECK(ProfiledCostModel(q).estimate(plan_of(one)).total_s() ==
+        doctest::Approx(0.8 * ProfiledCostModel(bare).estimate(plan_of(one)).total_s()).epsilon(1e-9));
+  CHECK(ProfiledCostModel(q).estimate(plan_of(two)).total_s() ==
+        doctest::Approx(1.25 * ProfiledCostModel(bare).estimate(plan_of(two)).total_s()).epsilon(1e-9));
+}
+
+TEST_CASE("calibrate measures a grid again while it would be refused, up to kGridTries grids") {
+  const auto grid = [](int32_t over) {
+    OperatorProfile p;
+    p.conditions.repeat_compared = 40;
+    p.conditions.repeat_over = over;
+    p.conditions.repeat_median = 0.02;
+    return p;
+  };
+  int calls = 0;
+  const OperatorProfile second = measure_until_agreed([&] { return grid(++calls == 1 ? 20 : 1); }, {});
+  CHECK(calls == 2);
+  CHECK(second.conditions.grid_tries == 2);
+  CHECK(second.conditions.repeat_over == 1);
+  calls = 0;
+  const OperatorProfile last = measure_until_agreed([&] { return ++calls, grid(20); }, {});
+  CHECK(calls == kGridTries);
+  CHECK(last.conditions.grid_tries == kGridTries);
+  CHECK_FALSE(contention_refusal(last.conditions).empty());  // still refused: calibrate then exits 3
+  calls = 0;
+  CHECK(measure_until_agreed([&] { return ++calls, grid(0); }, {}).conditions.grid_tries == 1);
+  CHECK(calls == 1);
+}
+
 namespace {
 std::string write_file(const std::string& name, const std::string& text) {
   const auto path = std::filesystem::temp_directory_path() / ("tandem_test_profile_" + name);
@@ -210,6 +274,9 @@ TEST_CASE("a profile file round trip keeps the raw table, its provenance and eve
   p.conditions.repeat_compared = 40;
   p.conditions.repeat_worst = "prefill 1x64 @0: +12.0 %";
   p.conditions.accepted_noisy = true;
+  p.conditions.grid_tries = 2;
+  p.refine_by_size[int(StepKind::Decode)] = {{1, 0.8, 40}, {4, 1.125, 25}};
+  p.refine_by_size[int(StepKind::Mixed)] = {{256, 1.0625, 21}};
   const std::string path = write_file("roundtrip.yaml", config_detail::profile_file_text(p, "t", 16, "# a test\n"));
   const Workload w = parse_workload(workload_with(path), "w.yaml");
   REQUIRE(w.hardware.profiled);
@@ -233,6 +300,16 @@ TEST_CASE("a profile file round trip keeps the raw table, its provenance and eve
   CHECK(q.conditions.repeat_compared == 40);
   CHECK(q.conditions.repeat_worst == p.conditions.repeat_worst);
   CHECK(q.conditions.accepted_noisy);
+  CHECK(q.conditions.grid_tries == 2);
+  for (int k = 0; k < 3; ++k) {
+    CAPTURE(k);
+    REQUIRE(q.refine_by_size[k].size() == p.refine_by_size[k].size());
+    for (size_t i = 0; i < p.refine_by_size[k].size(); ++i) {
+      CHECK(q.refine_by_size[k][i].upto == p.refine_by_size[k][i].upto);
+      CHECK(q.refine_by_size[k][i].factor == p.refine_by_size[k][i].factor);
+      CHECK(q.refine_by_size[k][i].steps == p.refine_by_size[k][i].steps);
+    }
+  }
   REQUIRE(q.raw.size() == p.raw.size());
   for (size_t i = 0; i < p.raw.size(); ++i) {
     CAPTURE(i);
@@ -280,14 +357,31 @@ TEST_CASE("calibrate's contention checks: repetitions that disagree, a reference
   CHECK(c.repeat_over == 2);
   CHECK(c.repeat_worst == "shape 9: +50.0 %");
   CHECK(contention_refusal(c).empty());
-  for (int i : {0, 1, 2, 4, 5}) t[size_t(i)][1] = t[size_t(i)][0] * 1.19;  // the median shape: +19 %, kept
+  // A third beyond 10 % while the median shape agrees within 2 %: refused (more than a quarter).
+  t[6][1] = t[6][0] * 1.25;
+  repetition_agreement(t, names, c);
+  CHECK(c.repeat_over == 3);
+  CHECK(c.repeat_median == doctest::Approx(0.02));
+  CHECK(contention_refusal(c).find("3 of 10 shapes' two fastest repetitions differ by more than 10 % (at most 25 % of "
+                                   "them; median +2.0 %, worst shape 9: +50.0 %)") != std::string::npos);
+  t[6][1] = t[6][0] * 1.02;
+  {  // the share is judged over kRepeatOverMinShapes shapes at least: 3 of 7 is not refused
+    CalibrationConditions few;
+    repetition_agreement({t[3], t[8], t[6], t[0], t[1], t[2], t[4]}, {"a", "b", "c", "d", "e", "f", "g"}, few);
+    few.repeat_over = 3;
+    CHECK(few.repeat_compared == 7);
+    CHECK(contention_refusal(few).empty());
+  }
+  for (int i : {0, 1, 2, 4, 5}) t[size_t(i)][1] = t[size_t(i)][0] * 1.19;  // the median shape: +19 %
   repetition_agreement(t, names, c);
   CHECK(c.repeat_median == doctest::Approx(0.19));
-  CHECK(contention_refusal(c).empty());
+  CHECK(contention_refusal(c).find("7 of 10 shapes' two fastest repetitions differ by more than 10 %") !=
+        std::string::npos);
   for (int i : {0, 1, 2, 4, 5}) t[size_t(i)][1] = t[size_t(i)][0] * 1.21;  // +21 %: refused
   repetition_agreement(t, names, c);
   CHECK(contention_refusal(c).find("the shapes' two fastest repetitions differ by +21.0 % at the median (at most "
                                    "20 %; 7 of 10 beyond 10 %, worst shape 9: +50.0 %)") != std::string::npos);
+  CHECK(contention_refusal(c).find("shapes' two fastest repetitions differ by more than") == std::string::npos);
   // The grid's CPU share (the CPU backend): a grid that waited for its core is refused.
   CalibrationConditions s;
   s.cpu_share_grid = 0.95;
@@ -446,6 +540,13 @@ TEST_CASE("a bad profile file is refused naming the file, the line and the field
        "field 'hardware.profiled.peak_tflops': unknown field"},
       {"both", replaced("profiled:", "fitted: {}\nprofiled:"),
        "field 'hardware.profiled': a profile is either fitted or profiled"},
+      {"class", replaced("  raw:", "  refine_by_size: {decode: [{upto: 3, factor: 1.1, steps: 30}]}\n  raw:"),
+       "field 'hardware.profiled.refine_by_size.decode[0].upto': a size class ends at a power of two"},
+      {"order", replaced("  raw:", "  refine_by_size: {prefill: [{upto: 4, factor: 1, steps: 30}, {upto: 2, factor: 1, "
+                                   "steps: 30}]}\n  raw:"),
+       "field 'hardware.profiled.refine_by_size.prefill[1].upto': the size classes go in ascending order"},
+      {"classkind", replaced("  raw:", "  refine_by_size: {multi: []}\n  raw:"),
+       "field 'hardware.profiled.refine_by_size.multi': unknown field"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);

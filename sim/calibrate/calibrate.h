@@ -2,6 +2,7 @@
 // linear fit of served steps, the per-operator profile's grid, all-reduces, and the refinement
 // of a profile on served steps.
 #pragma once
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -51,6 +52,11 @@ void repetition_agreement(const std::vector<std::vector<double>>& sorted_times, 
 // waited for its CPU cores, repetitions that disagree at the median shape, or a reference step
 // that moved between before and after the grid (the bounds: backend/op_profile.h).
 std::string contention_refusal(const CalibrationConditions& c);
+// Measures the grid again while contention_refusal() refuses it, up to kGridTries grids in all,
+// and returns the last (its conditions.grid_tries says how many were measured). A grid spoiled by
+// a spell of other work is not the machine's level; one measured quietly after it is.
+OperatorProfile measure_until_agreed(const std::function<OperatorProfile()>& measure_grid,
+                                     std::chrono::milliseconds pause = std::chrono::milliseconds(2000));
 // The linear fit is refused (exit 3, unless --accept-noisy, which marks the file) when its median
 // relative error over the steps it was fitted to is above this: a fit that far off its own steps
 // describes the contention, not the backend (reports/simulation-fidelity/report.md, "Measured
@@ -67,10 +73,12 @@ struct ServedStep {
   StepKind kind = StepKind::Decode;
   bool after_idle = false, first = false;
   double measured_s = 0, predicted_s = 0;
+  int32_t size = 0;  // refine_size(): a decode step's sequences, another step's tokens
 };
 constexpr int kMinRefineSteps = 20;  // a residual needs this many steps of its kind, else it stays 1
-// Sets the residual per step kind (total measured / total predicted) and, with enough real idle spells, the idle
-// factor; returns a few lines that say what was set and from how many steps.
+// Sets the residual per step kind (total measured / total predicted), per size class of each kind
+// where a class has kMinRefineSteps steps, and, with enough real idle spells, the idle factor;
+// returns a few lines that say what was set and from how many steps.
 std::string refine_profile(OperatorProfile& p, const std::vector<ServedStep>& steps, double loop_gap_s);
 
 }  // namespace tandem

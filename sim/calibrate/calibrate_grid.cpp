@@ -154,6 +154,12 @@ std::string contention_refusal(const CalibrationConditions& c) {
   if (c.cpu_share_grid >= 0 && c.cpu_share_grid < kMinCpuShare)
     add(fmt::format("the grid had its CPU cores {:.0f} % of its time (at least {:.0f} % needed): other work took them",
                     100 * c.cpu_share_grid, 100 * kMinCpuShare));
+  if (c.repeat_compared >= kRepeatOverMinShapes && c.repeat_over > kRepeatOverShareMax * c.repeat_compared &&
+      c.repeat_median <= kRepeatMedianMax)
+    add(fmt::format("{} of {} shapes' two fastest repetitions differ by more than {:.0f} % (at most {:.0f} % of them; "
+                    "median +{:.1f} %, worst {})",
+                    c.repeat_over, c.repeat_compared, 100 * kRepeatBound, 100 * kRepeatOverShareMax,
+                    100 * c.repeat_median, c.repeat_worst));
   if (c.repeat_compared > 0 && c.repeat_median > kRepeatMedianMax)
     add(fmt::format("the shapes' two fastest repetitions differ by +{:.1f} % at the median (at most {:.0f} %; {} of {} "
                     "beyond {:.0f} %, worst {})",
@@ -319,6 +325,19 @@ OperatorProfile measure_operator_profile(executor_i& exec, const GridLimits& L, 
              elapsed(), reps, ratios.size(), p.idle_factor);
   derive_curves(p);
   return p;
+}
+
+OperatorProfile measure_until_agreed(const std::function<OperatorProfile()>& measure_grid,
+                                     std::chrono::milliseconds pause) {
+  for (int32_t attempt = 1;; ++attempt) {
+    OperatorProfile p = measure_grid();
+    p.conditions.grid_tries = attempt;
+    const std::string why = contention_refusal(p.conditions);
+    if (why.empty() || attempt == kGridTries) return p;
+    fmt::print(stderr, "calibrate: grid {} of at most {} would be refused ({}); measuring it again\n", attempt,
+               kGridTries, why);
+    std::this_thread::sleep_for(pause);  // a burst of other work may pass
+  }
 }
 
 double idle_factor_of(std::vector<double> ratios) {

@@ -23,7 +23,8 @@ ServedRun serve(Workload workload, const ExecutorFactory* factory, const cost_mo
     std::vector<Time> start, end;
     void on_step(const StepRecord& r) override {
       run.points.push_back({plan_features(*r.plan), to_seconds(r.elapsed), r.plan->after_idle});
-      ServedStep s{step_kind(*r.plan), r.plan->after_idle, start.empty(), to_seconds(r.elapsed), 0};
+      ServedStep s{step_kind(*r.plan), r.plan->after_idle, start.empty(), to_seconds(r.elapsed), 0,
+                   refine_size(*r.plan)};
       if (predictor) {
         StepPlan plan = *r.plan;  // priced as if back to back: the idle factor is fitted from these
         plan.after_idle = false;

@@ -82,11 +82,14 @@ std::string conditions_note(const CalibrationConditions& c) {
   return fmt::format(
       "conditions: load average {:.2f} before, {:.2f} after; other processes' share of the CPU time {} during the "
       "grid, {} while serving; steal {}; the grid had its cores {} of the time; reference {} {:.3f} ms before the "
-      "grid, {:.3f} after; repetitions' disagreement median {}, {} of {} shapes beyond {:.0f} %{}\n",
+      "grid, {:.3f} after; repetitions' disagreement median {}, {} of {} shapes beyond {:.0f} %{}{}\n",
       c.load_before, c.load_after, pct(c.others_grid), pct(c.others_serving), pct(c.steal_grid),
       c.cpu_share_grid < 0 ? std::string("-") : pct(c.cpu_share_grid), c.reference,
       c.reference_before_ms, c.reference_after_ms, c.repeat_median < 0 ? "-" : fmt::format("+{:.1f} %", 100 * c.repeat_median),
-      c.repeat_over, c.repeat_compared, 100 * kRepeatBound, c.accepted_noisy ? " (ACCEPTED NOISY)" : "");
+      c.repeat_over, c.repeat_compared, 100 * kRepeatBound,
+      c.grid_tries > 1 ? fmt::format("; grid {} of {} kept (the earlier would have been refused)", c.grid_tries, c.grid_tries)
+                       : "",
+      c.accepted_noisy ? " (ACCEPTED NOISY)" : "");
 }
 
 }  // namespace
@@ -115,7 +118,7 @@ int calibrate_profiled(const std::string& backend, const std::string& model, con
                                      : 0;
     fmt::print(stderr, "calibrate: {} on the {} backend; grid limits: {} KV blocks of {}, {} tokens, {} sequences\n",
                model, backend, limits.num_blocks, limits.block_size, limits.max_tokens, limits.max_seqs);
-    p = measure_operator_profile(*exec, limits, o);
+    p = measure_until_agreed([&] { return measure_operator_profile(*exec, limits, o); });
   }
   p.conditions.load_before = load_before;
   if (backend == "cpu" && w.engine.tp > 1) {  // the all-reduces by size (a CUDA TP run needs 2+ GPUs: not here)

@@ -19,6 +19,8 @@ class clock_i {
   virtual bool wait_until(Time t, Inbox& inbox) = 0;
   // Current time: the virtual clock's position, or the real time elapsed since start.
   virtual Time now() const = 0;
+  // True when now() is real time: only then does the loop's own work show on the timeline.
+  virtual bool real() const { return false; }
 };
 
 class VirtualClock final : public clock_i {
@@ -41,6 +43,7 @@ class WallClock final : public clock_i {
   Time now() const override {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
   }
+  bool real() const override { return true; }
   // Time 0 on steady_clock (CLOCK_MONOTONIC): another process's instants compare with the run's.
   std::chrono::steady_clock::time_point start() const { return start_; }
 

@@ -256,6 +256,7 @@ void Engine::on(const StepDone& e) {
     ++k;
   }
   in.inflight.tokens_at = now_;
+  in.inflight.host = in.step_began < 0 ? -1 : std::max<Duration>(0, clock_.now() - in.step_began - in.inflight.elapsed);
   for (run_observer_i* o : observers_) o->on_step(in.inflight);
   topology_->step_done(in, now_);
 }
@@ -313,8 +314,13 @@ void Engine::start_idle_instances() {
 
 // Plan, execute, check, record, and post the step's end.
 void Engine::start_step(Instance& in) {
+  // The host part of a real step run here is timed on the wall clock (a simulated step's host,
+  // or any step's under the virtual clock, is not on the timeline).
+  const bool time_host = clock_.real() && !in.executor.simulated() && !in.executor.asynchronous();
+  const Time began = time_host ? clock_.now() : -1;
   StepPlan& plan = in.scheduler.schedule(now_);
   if (plan.empty()) return;
+  in.step_began = began;
   topology_->step_planned(in, plan);
   if (in.executor.needs_tokens()) attach_tokens(plan);
   plan.after_idle = in.num_steps == 0 || now_ - in.last_step_end >= kIdleGap;

@@ -25,6 +25,10 @@ struct StepRecord {
   // When the step's sampled tokens reached their requests: the time MetricsRecorder::on_token
   // takes (set as the step is done; after start + elapsed when a remote worker answered late).
   Time tokens_at = 0;
+  // A real backend's step run here (not on a remote worker or in simulated time): the loop's own
+  // time on it outside the executor, from before planning to its tokens reaching their requests
+  // (planning, the tokens' copy in, checks, delivery). -1 where not measured.
+  Duration host = -1;
 };
 
 struct KvCacheShape {
@@ -56,6 +60,7 @@ struct Instance {
   StepResult inflight_result;  // its result, handed back at its StepDone
   int64_t num_steps = 0;       // steps this instance has run
   Time last_step_end = 0;
+  Time step_began = -1;        // the clock when the step in flight began planning (host time measured; else -1)
   // KV use over its busy time (summary.json's per-instance figures).
   double kv_used_time = 0, busy_time = 0, kv_peak = 0;
   double model_flops = 0;  // the sum of its steps' step_flops (backend/cost_model.h)

@@ -147,7 +147,7 @@ RunOutputs::~RunOutputs() { stop_writer(); }
 void RunOutputs::on_step(const StepRecord& r) {
   const StepPlan& p = *r.plan;
   const PlanFeatures f = plan_features(p);
-  pending_.push_back({r.index, r.start, r.elapsed, r.cost, f.attn_pairs, f.context_tokens, r.instance,
+  pending_.push_back({r.index, r.start, r.elapsed, r.host, r.cost, f.attn_pairs, f.context_tokens, r.instance,
                       int32_t(p.seqs.size()), p.num_prefill_seqs, p.num_decode_seqs, p.num_tokens, p.num_samples,
                       r.kv_used, r.kv_reserved, r.kv_capacity, r.waiting, r.running, p.after_idle});
   if (pending_.size() >= kBatchRows) submit_pending();
@@ -251,7 +251,8 @@ void RunOutputs::write_rows(const std::vector<StepRow>& rows) {
     // time, where the cost model sets the step's time).
     const double predicted_ms = r.cost.total_s() * 1e3, elapsed_ms = to_ms(r.elapsed);
     const double err = elapsed_ms > 0 ? (predicted_ms - elapsed_ms) / elapsed_ms : 0.0;
-    p = fmt::format_to(p, FMT_COMPILE(",{:.6f},{:.4f}"), predicted_ms, std::fabs(err) < 5e-5 ? 0.0 : err);
+    p = fmt::format_to(p, FMT_COMPILE(",{:.6f},{:.4f},"), predicted_ms, std::fabs(err) < 5e-5 ? 0.0 : err);
+    if (r.host >= 0) p = put_scaled<6>(p, r.host, to_ms(r.host));  // empty where not measured
     if (!roles_.empty()) {
       *p++ = ',';
       // Both arms string_views: a std::string arm would make the other a temporary std::string

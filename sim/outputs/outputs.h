@@ -47,7 +47,7 @@ class RunOutputs final : public run_observer_i {
   struct StepRow {
     int64_t index;
     Time start;
-    Duration elapsed;
+    Duration elapsed, host;  // host: -1 where not measured
     StepCost cost;
     double attn_pairs, context_tokens;
     int32_t instance, seqs, prefill_seqs, decode_seqs, tokens, samples;

@@ -25,12 +25,14 @@ inline constexpr const char* kRequestsCsvPdHeader =
     "transfer_bytes,output_tokens\n";
 // steps.csv: one row per step. KV counts in blocks after planning; the cost terms are the cost
 // model's breakdown (on a real backend, the shadow model's); predicted_ms and pred_error
-// (relative) compare a real backend's measured step with that model. A run of several
+// (relative) compare a real backend's measured step with that model; host_ms is the loop's own
+// time on a real step outside the executor (from before planning to its tokens reaching their
+// requests; empty in simulated time and for steps run on a remote worker). A run of several
 // instances adds kStepsCsvRoleColumn at the end: the role of the step's instance.
 inline constexpr const char* kStepsCsvHeader =
     "step,instance,start_s,elapsed_ms,n_seqs,n_prefill,n_decode,n_tokens,kv_used_blocks,kv_reserved_blocks,kv_util,"
     "waiting,running,gemm_ms,attention_ms,overhead_ms,after_idle,n_samples,attn_pairs,context_tokens,comm_ms,"
-    "predicted_ms,pred_error\n";
+    "predicted_ms,pred_error,host_ms\n";
 inline constexpr const char* kStepsCsvRoleColumn = "role";
 
 nlohmann::json summary_json(const Summary& s, const Workload& w);

@@ -2,6 +2,7 @@
 // its field, and the YAML that calibrate writes and `tandem validate` prints.
 #include <stdexcept>
 
+#include "backend/cost_model.h"
 #include "sim/workload/config_sections.h"
 
 namespace tandem::config_detail {
@@ -34,8 +35,8 @@ ProfileStep parse_step(const Field& f) {
 
 std::shared_ptr<const OperatorProfile> parse_profiled(const Field& f) {
   f.expect_map({"backend", "model", "threads", "tp", "hardware", "code_version", "measured_at", "engine",
-                "graph_buckets", "mixed_fit", "idle_factor", "idle_samples", "loop_gap_us", "refine", "conditions",
-                "raw"});
+                "graph_buckets", "mixed_fit", "idle_factor", "idle_samples", "loop_gap_us", "refine", "refine_by_size",
+                "conditions", "raw"});
   auto p = std::make_shared<OperatorProfile>();
   p->backend = f["backend"].as_string();
   p->model = f["model"].as_string();
@@ -58,11 +59,30 @@ std::shared_ptr<const OperatorProfile> parse_profiled(const Field& f) {
     p->refine_mixed = r.get_double("mixed", 1, 0.01, 100);
     p->refine_steps = int32_t(r.get_int("steps", 0, 0, kI32Max));
   }
+  if (f.has("refine_by_size")) {  // optional: profiles from before it price by kind alone
+    const Field r = f["refine_by_size"];
+    r.expect_map({"decode", "prefill", "mixed"});
+    for (int k = 0; k < 3; ++k) {
+      const char* kind = step_kind_name(StepKind(k));
+      if (!r.has(kind)) continue;
+      for (const Field& item : r[kind].items()) {
+        item.expect_map({"upto", "factor", "steps"});
+        SizeResidual c;
+        c.upto = int32_t(item["upto"].as_int(1, 1 << 30));
+        if ((c.upto & (c.upto - 1)) != 0) item["upto"].fail("a size class ends at a power of two (1, 2, 4, ...)");
+        if (!p->refine_by_size[k].empty() && c.upto <= p->refine_by_size[k].back().upto)
+          item["upto"].fail("the size classes go in ascending order, each once");
+        c.factor = item["factor"].as_double(0.01, 100);
+        c.steps = int32_t(item.get_int("steps", 0, 0, kI32Max));
+        p->refine_by_size[k].push_back(c);
+      }
+    }
+  }
   if (f.has("conditions")) {  // a record, optional: profiles from before it read as unknown
     const Field c = f["conditions"];
     c.expect_map({"load_before", "load_after", "others_grid", "steal_grid", "others_serving", "cpu_share_grid", "reference",
                   "reference_before_ms", "reference_after_ms", "repeat_median", "repeat_over", "repeat_compared",
-                  "repeat_worst", "accepted_noisy"});
+                  "repeat_worst", "grid_tries", "accepted_noisy"});
     CalibrationConditions& k = p->conditions;
     k.load_before = c.get_double("load_before", -1, -1, 1e6);
     k.load_after = c.get_double("load_after", -1, -1, 1e6);
@@ -77,6 +97,7 @@ std::shared_ptr<const OperatorProfile> parse_profiled(const Field& f) {
     k.repeat_over = int32_t(c.get_int("repeat_over", 0, 0, kI32Max));
     k.repeat_compared = int32_t(c.get_int("repeat_compared", 0, 0, kI32Max));
     k.repeat_worst = c.get_string("repeat_worst", "");
+    k.grid_tries = int32_t(c.get_int("grid_tries", 1, 1, 1000));
     k.accepted_noisy = c.has("accepted_noisy") && c["accepted_noisy"].as_bool();
   }
   if (!f["raw"].present()) f["raw"].fail("missing (the measured steps)");
@@ -114,6 +135,15 @@ YAML::Node profiled_yaml(const OperatorProfile& p) {
   n["refine"]["mixed"] = yaml_number(p.refine_mixed);
   n["refine"]["steps"] = p.refine_steps;
   n["refine"].SetStyle(YAML::EmitterStyle::Flow);
+  for (int k = 0; k < 3; ++k)  // absent when no class was kept: the profiles before it read as they did
+    for (const SizeResidual& c : p.refine_by_size[k]) {
+      YAML::Node e;
+      e["upto"] = c.upto;
+      e["factor"] = yaml_number(c.factor);
+      e["steps"] = c.steps;
+      e.SetStyle(YAML::EmitterStyle::Flow);
+      n["refine_by_size"][step_kind_name(StepKind(k))].push_back(e);
+    }
   const CalibrationConditions& k = p.conditions;
   YAML::Node c;
   c["load_before"] = yaml_number(k.load_before);
@@ -129,6 +159,7 @@ YAML::Node profiled_yaml(const OperatorProfile& p) {
   c["repeat_over"] = k.repeat_over;
   c["repeat_compared"] = k.repeat_compared;
   if (!k.repeat_worst.empty()) c["repeat_worst"] = k.repeat_worst;
+  if (k.grid_tries > 1) c["grid_tries"] = k.grid_tries;  // absent: one grid, as every profile before it
   c["accepted_noisy"] = k.accepted_noisy;
   n["conditions"] = c;
   YAML::Node raw(YAML::NodeType::Sequence);
