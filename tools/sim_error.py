@@ -18,8 +18,9 @@ Then, over every measured repetition, the per-step prediction error (steps.csv: 
 the cost model's price of the step, against the time the step held its instance: from its start
 to the next step's, for steps followed at once by another; the executor's compute plus the
 engine's host work after it, which a profile with served traffic prices as `loop_gap_us`) by
-kind: decode-only, prefill-only, mixed; median, p90 and max of |error|, and the median signed
-error (positive: priced high).
+kind: decode-only, prefill-only, mixed; median, p90 and max of |error|, the median signed
+error (positive: priced high), and the median share of that time the loop spent outside the
+executor (steps.csv host_ms, where measured).
 Standard library only (tools/tandem_tools.py).
 """
 import csv
@@ -61,15 +62,11 @@ def judge(error, spread, key):
     return target, "met" if abs(error) <= target else "missed"
 
 
-def step_errors(run_dirs):
-    """{kind: [signed error]} of the measured runs' steps: the price (predicted_ms) against the time
-    the step held its instance, from its start to the start of the instance's next step, for steps
-    followed at once by another (the next is not after_idle). That span is what a simulated step
-    occupies: a profile that learned the engine's host work between steps (loop_gap_us) prices it
-    into each step, so comparing with elapsed_ms (the executor's compute alone) would report that
-    host work as an error of the price. A step followed by an idle spell or by none is left out.
-    steps.csv files without start_s/after_idle fall back to their pred_error (price vs compute)."""
-    kinds = {"decode": [], "prefill": [], "mixed": []}
+def held_steps(run_dirs):
+    """(kind, row, held_ms) of the measured runs' steps: held_ms is the time the step held its
+    instance, from its start to the start of the instance's next step, for steps followed at once
+    by another (the next is not after_idle); None for the others and for steps.csv files without
+    start_s/after_idle."""
     for d in run_dirs:
         path = os.path.join(d, "steps.csv")
         if not os.path.exists(path):
@@ -90,16 +87,37 @@ def step_errors(run_dirs):
         for i, row in enumerate(rows):
             n_pre, n_dec = int(row["n_prefill"]), int(row["n_decode"])
             kind = "decode" if n_pre == 0 else ("prefill" if n_dec == 0 else "mixed")
-            if not spans:
-                if "pred_error" in row:
-                    kinds[kind].append(float(row["pred_error"]))
-                continue
             j = next_of.get(i)
-            if j is None or rows[j]["after_idle"] not in ("0", ""):
-                continue
-            held_ms = 1000.0 * (float(rows[j]["start_s"]) - float(row["start_s"]))
-            if held_ms > 0:
-                kinds[kind].append(float(row["predicted_ms"]) / held_ms - 1.0)
+            held_ms = None
+            if j is not None and rows[j]["after_idle"] in ("0", ""):
+                held_ms = 1000.0 * (float(rows[j]["start_s"]) - float(row["start_s"]))
+            yield kind, row, held_ms if (held_ms or 0) > 0 else None, spans
+
+
+def step_errors(run_dirs):
+    """{kind: [signed error]} of the measured runs' steps: the price (predicted_ms) against the time
+    the step held its instance (held_steps). That span is what a simulated step occupies: a profile
+    that learned the engine's host work between steps (loop_gap_us) prices it into each step, so
+    comparing with elapsed_ms (the executor's compute alone) would report that host work as an
+    error of the price. A step followed by an idle spell or by none is left out. steps.csv files
+    without start_s/after_idle fall back to their pred_error (price vs compute)."""
+    kinds = {"decode": [], "prefill": [], "mixed": []}
+    for kind, row, held_ms, spans in held_steps(run_dirs):
+        if not spans:
+            if "pred_error" in row:
+                kinds[kind].append(float(row["pred_error"]))
+        elif held_ms is not None:
+            kinds[kind].append(float(row["predicted_ms"]) / held_ms - 1.0)
+    return kinds
+
+
+def host_shares(run_dirs):
+    """{kind: [host_ms / held_ms]}: the share of a back-to-back step's time on its instance that was
+    the loop's own work outside the executor (steps.csv host_ms, measured on real backends)."""
+    kinds = {"decode": [], "prefill": [], "mixed": []}
+    for kind, row, held_ms, _ in held_steps(run_dirs):
+        if held_ms is not None and row.get("host_ms"):
+            kinds[kind].append(float(row["host_ms"]) / held_ms)
     return kinds
 
 
@@ -219,12 +237,15 @@ def main(argv):
                           "figures_met": verdicts.count("met"), "figures_noisy": verdicts.count("noisy"),
                           "figures": figures,
                           "earlier_set_spreads": earlier_sets(case)})
-        for kind, errs in step_errors([os.path.join(case, d) for d in measured_dirs(case)]).items():
+        dirs = [os.path.join(case, d) for d in measured_dirs(case)]
+        hosts = host_shares(dirs)
+        for kind, errs in step_errors(dirs).items():
             if errs:
                 a = [abs(e) for e in errs]
                 steps.append([name, kind, len(errs), tt.fmt_pct(tt.percentile(a, 50, "index"), sign=False),
                               tt.fmt_pct(tt.percentile(a, 90, "index"), sign=False), tt.fmt_pct(max(a), sign=False),
-                              tt.fmt_pct(statistics.median(errs))])
+                              tt.fmt_pct(statistics.median(errs)),
+                              tt.fmt_pct(statistics.median(hosts[kind]), sign=False) if hosts[kind] else "-"])
     if rows:
         print(tt.format_table(["case", "metric", "unit", "measured", "runs", "spread %", "simulated", "error %",
                                "target %", "verdict"], rows, left=3,
@@ -234,9 +255,10 @@ def main(argv):
         print("\n".join(missing))
     if steps:
         print(tt.format_table(["case", "step kind", "steps", "|error| median %", "|error| p90 %", "|error| max %",
-                               "signed median %"], steps, left=2,
+                               "signed median %", "host median %"], steps, left=2,
                               title="per-step prediction error of the measured runs (steps.csv predicted_ms against the start-to-start "
-                                    "time of back-to-back steps; positive: priced high):"))
+                                    "time of back-to-back steps; positive: priced high; host: the loop's own work outside "
+                                    "the executor (host_ms) as a share of that time, - where not measured):"))
     if conds:
         print(tt.format_table(["case", "runs", "cores taken max %", "runs warned"], conds,
                               title="conditions of the measured runs (summary.json): the largest share of their "

@@ -255,6 +255,16 @@ class SimError(unittest.TestCase):
         with open(os.path.join(d, "steps.csv"), "w") as f:
             f.write("step,elapsed_ms,n_prefill,n_decode,predicted_ms,pred_error\n0,0.25,0,1,0.30,0.2\n")
         self.assertEqual(self.se.step_errors([d])["decode"], [0.2])
+        self.assertEqual(self.se.host_shares([d])["decode"], [])  # no host_ms column: nothing measured
+        # host_ms (real backends): its share of the time the step held its instance, back-to-back steps only.
+        with open(os.path.join(d, "steps.csv"), "w") as f:
+            f.write(cols.rstrip("\n") + ",host_ms\n")
+            f.write("0,0,1.000,0.25,0,1,1,0.33,0.32,0.06\n")   # held 0.30 ms, 0.06 of it host
+            f.write("1,0,1.0003,0.25,0,1,0,0.30,0.20,\n")     # host not measured: left out
+            f.write("2,0,1.0006,0.25,0,1,0,0.30,0.20,0.03\n")  # the last: not back to back
+        shares = self.se.host_shares([d])
+        self.assertEqual(len(shares["decode"]), 1)
+        self.assertAlmostEqual(shares["decode"][0], 0.2, places=6)
 
     def test_medians_judged(self):
         """#39: p50s and p90s are judged beside means and p99s; a figure no run holds is not counted."""
