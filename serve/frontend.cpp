@@ -5,6 +5,9 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <nlohmann/json.hpp>
@@ -86,6 +89,7 @@ struct Frontend::Impl {
   bool draining = false;
   bool run_ended = false;
   std::vector<Note> notes;
+  int64_t drain_ns = 0;  // --chunk-timestamps: when the drain being run began (CLOCK_MONOTONIC)
 
   void accept();
   void stop_when_written() {
@@ -128,7 +132,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void client_gone();
   void end_call();
   void send_stream_head();
-  std::string chunk(size_t index, std::string_view content, bool last, Time at) const;
+  std::string chunk(size_t index, std::string_view content, bool last, const Note& n) const;
   std::string final_body() const;
 
   Frontend::Impl& fe_;
@@ -294,9 +298,14 @@ void Session::shut_down_requests() {
     if (!c.done) fe_.run.cancel(c.slot);
 }
 
-std::string Session::chunk(size_t index, std::string_view content, bool last, Time at) const {
+std::string Session::chunk(size_t index, std::string_view content, bool last, const Note& n) const {
   std::string s;
-  if (fe_.opts.chunk_timestamps) s = fmt::format(": t={}\n", fe_.run.start_steady_ns() + at);
+  // The emission instant, then where the chunk has been since (the benchmark's split): pushed
+  // into the outbox, the io thread's wake-up that took it, the chunk made and handed to the socket
+  // (q=1: behind this socket's write in flight, so it goes out when that one is done).
+  if (fe_.opts.chunk_timestamps)
+    s = fmt::format(": t={} p={} d={} w={} q={}\n", fe_.run.start_steady_ns() + n.at, n.pushed_ns, fe_.drain_ns,
+                    Outbox::steady_ns(), writing_ ? 1 : 0);
   s += chunk_head_;
   s += std::to_string(index);
   if (ask_.chat)
@@ -329,7 +338,7 @@ void Session::on_note(const Note& n) {
     if (ask_.return_token_ids || !ask_.stream) c->ids.push_back(n.token);
     if (ask_.stream) {
       if (!head_sent_) send_stream_head();
-      std::string s = chunk(index, json_char(b), c->tokens == ask_.max_tokens, n.at);
+      std::string s = chunk(index, json_char(b), c->tokens == ask_.max_tokens, n);
       if (ask_.chat && c->tokens == 1) {  // the first delta names the role
         const std::string from = R"("delta":{)";
         s.insert(s.find(from) + from.size(), R"("role":"assistant",)");
@@ -432,6 +441,16 @@ void Session::send(std::string s) {
 
 void Session::flush() {
   if (closed_) return;
+  // The kernel first: a socket with room takes the chunk now, without an Asio operation (its
+  // allocation, its completion queued and run later, the shared_ptr counts): at 256 streams the
+  // io thread writes a step's 256 chunks one after another, so each one's cost delays the rest.
+  // What the socket does not take goes out by async_write, as before (backpressure unchanged).
+  if (!pending_.empty() && !writing_) {
+    const ssize_t n =
+        ::send(stream_.socket().native_handle(), pending_.data(), pending_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return client_gone();
+    if (n > 0) pending_.erase(0, size_t(n));
+  }
   if (pending_.empty()) {
     if (close_after_) {
       closed_ = true;
@@ -494,6 +513,7 @@ void Frontend::Impl::accept() {
 }
 
 void Frontend::Impl::drain_outbox() {
+  if (opts.chunk_timestamps) drain_ns = Outbox::steady_ns();
   outbox.take(notes);
   for (const Note& n : notes) {
     const auto it = by_slot.find(n.id);
@@ -537,6 +557,7 @@ Frontend::Frontend(ServedRun& run, const FrontendOptions& o) : impl_(std::make_u
   if (!ec) m.acceptor.bind(ep, ec);
   if (!ec) m.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw InputError(fmt::format("--listen {}:{}: {}", o.host, o.port, ec.message()));
+  m.outbox.set_stamps(o.chunk_timestamps);
   run.set_outbox(&m.outbox);
 }
 
