@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "serve/metrics_text.h"
+#include "serve/parallel_send.h"
 #include "serve/tokenizer.h"
 
 namespace tandem::serve {
@@ -89,6 +90,12 @@ struct Frontend::Impl {
   bool draining = false;
   bool run_ended = false;
   std::vector<Note> notes;
+  // While a drain runs, the sessions with bytes to send are listed, and sent together at its end:
+  // a large batch on two threads (the io thread and `sender`), see serve/parallel_send.h.
+  bool batching = false;
+  std::vector<std::shared_ptr<Session>> batch;
+  std::vector<SendJob> jobs;
+  std::unique_ptr<ParallelSend> sender;  // null: --send-threads 1
   int64_t drain_ns = 0;  // --chunk-timestamps: when the drain being run began (CLOCK_MONOTONIC)
 
   void accept();
@@ -106,6 +113,9 @@ class Session : public std::enable_shared_from_this<Session> {
   ~Session() { --fe_.connections; }
   void start() { read_request(); }
   void on_note(const Note& n);
+  // The drain's batch: this session's bytes to send, then what the send did with them.
+  SendJob job() { return {stream_.socket().native_handle(), pending_.data(), pending_.size()}; }
+  void batch_sent(const SendJob& j);
   void shut_down_requests();  // the drain ran out: those still alive end as cancelled by the server
 
  private:
@@ -144,6 +154,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool watching_ = false, next_after_watch_ = false, gone_ = false, shut_down_ = false;
   // The call being served (one at a time per connection).
   bool in_call_ = false, head_sent_ = false;
+  bool listed_ = false;  // in the drain's batch
   Ask ask_;
   std::vector<Choice> choices_;
   size_t open_choices_ = 0;
@@ -439,8 +450,23 @@ void Session::send(std::string s) {
   if (!writing_) flush();
 }
 
+void Session::batch_sent(const SendJob& j) {
+  listed_ = false;
+  if (closed_) return;
+  if (j.sent < 0 && j.err != EAGAIN && j.err != EWOULDBLOCK && j.err != EINTR) return client_gone();
+  if (j.sent > 0) pending_.erase(0, size_t(j.sent));
+  flush();  // the rest (a full socket) by async_write; then a close or the next request
+}
+
 void Session::flush() {
   if (closed_) return;
+  if (fe_.batching && !pending_.empty() && !writing_) {  // sent at the drain's end, with the others
+    if (!listed_) {
+      listed_ = true;
+      fe_.batch.push_back(shared_from_this());
+    }
+    return;
+  }
   // The kernel first: a socket with room takes the chunk now, without an Asio operation (its
   // allocation, its completion queued and run later, the shared_ptr counts): at 256 streams the
   // io thread writes a step's 256 chunks one after another, so each one's cost delays the rest.
@@ -515,12 +541,25 @@ void Frontend::Impl::accept() {
 void Frontend::Impl::drain_outbox() {
   if (opts.chunk_timestamps) drain_ns = Outbox::steady_ns();
   outbox.take(notes);
+  batching = true;
   for (const Note& n : notes) {
     const auto it = by_slot.find(n.id);
     if (it == by_slot.end()) continue;
     const std::shared_ptr<Session> s = it->second;  // on_note may erase the entry
     s->on_note(n);
   }
+  batching = false;
+  if (batch.empty()) return;
+  jobs.clear();
+  for (const auto& s : batch) jobs.push_back(s->job());
+  // Below this a second thread's wake-up costs about what it saves.
+  constexpr size_t kParallelFrom = 16;
+  if (sender && jobs.size() >= kParallelFrom)
+    sender->send_all(jobs);
+  else
+    for (SendJob& j : jobs) send_now(j);
+  for (size_t i = 0; i < batch.size(); ++i) batch[i]->batch_sent(jobs[i]);
+  batch.clear();
 }
 
 void Frontend::Impl::begin_drain(const char* why) {
@@ -558,6 +597,9 @@ Frontend::Frontend(ServedRun& run, const FrontendOptions& o) : impl_(std::make_u
   if (!ec) m.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw InputError(fmt::format("--listen {}:{}: {}", o.host, o.port, ec.message()));
   m.outbox.set_stamps(o.chunk_timestamps);
+  if (o.send_threads < 1 || o.send_threads > 2)
+    throw InputError(fmt::format("--send-threads {}: must be 1 or 2", o.send_threads));
+  if (o.send_threads == 2) m.sender = std::make_unique<ParallelSend>();
   run.set_outbox(&m.outbox);
 }
 
