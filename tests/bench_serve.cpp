@@ -6,8 +6,9 @@
 // minus the engine instant it was emitted at (the server's `: t=` comment, CLOCK_MONOTONIC ns on
 // both sides), p50 and p99. The client is one Asio thread; the machine's load is printed beside.
 // --split also prints where the added latency went, p50/p99 of each part per chunk: emitted ->
-// pushed into the outbox (loop), -> the io thread's drain began (wake), -> the chunk sent (order
-// within the drain), -> in this client's socket (kernel receive stamp), -> read here (client).
+// pushed into the outbox (loop), -> the io thread's drain began (wake), -> the chunk made (its
+// place in the drain), -> in this client's socket (send: the drain's sends, done at its end, and
+// loopback; the kernel's receive stamp), -> read here (client).
 //   bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N] [--split]
 #include <fmt/format.h>
 
@@ -151,11 +152,11 @@ class Stream : public std::enable_shared_from_this<Stream> {
           const int64_t pushed = field(l, " p="), woke = field(l, " d="), written = field(l, " w=");
           st_.loop_ns.push_back(pushed - at);       // emitted -> in the outbox (the loop's thread)
           st_.wake_ns.push_back(woke - pushed);     // -> the io thread's drain began (its wake-up)
-          st_.order_ns.push_back(written - woke);   // -> this chunk made and sent (the drain's order)
+          st_.order_ns.push_back(written - woke);   // -> this chunk made (its place in the drain)
           st_.queued += field(l, " q=");
           // The kernel's stamp is the last segment's arrival, which is this chunk's or a later one's
           // in the same read (a read takes what has arrived): an upper bound for this chunk.
-          st_.kernel_ns.push_back(kernel_at_ - written);  // -> in this client's socket (loopback)
+          st_.kernel_ns.push_back(kernel_at_ - written);  // -> in this client's socket (the drain's sends)
           st_.client_ns.push_back(now - kernel_at_);      // -> read here (the client's own delay)
         }
       } else if (l.starts_with("data: [DONE]")) {
@@ -282,8 +283,8 @@ int main(int argc, char** argv) {
       std::printf("%8s  where the added latency went, per chunk, p50/p99 ms:", "");
       const std::pair<const char*, std::vector<int64_t>*> parts[] = {{"loop", &st.loop_ns},
                                                                      {"wake", &st.wake_ns},
-                                                                     {"order", &st.order_ns},
-                                                                     {"kernel", &st.kernel_ns},
+                                                                     {"made", &st.order_ns},
+                                                                     {"send", &st.kernel_ns},
                                                                      {"client", &st.client_ns}};
       for (const auto& [name, v] : parts) std::printf(" %s %.3f/%.3f", name, pct(*v, 50) * 1e-6, pct(*v, 99) * 1e-6);
       std::printf("; %lld of %lld chunks queued behind a write\n", static_cast<long long>(st.queued),
