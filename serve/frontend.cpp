@@ -5,7 +5,6 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <sys/socket.h>
 
 #include <cerrno>
 #include <chrono>
@@ -466,16 +465,6 @@ void Session::flush() {
       fe_.batch.push_back(shared_from_this());
     }
     return;
-  }
-  // The kernel first: a socket with room takes the chunk now, without an Asio operation (its
-  // allocation, its completion queued and run later, the shared_ptr counts): at 256 streams the
-  // io thread writes a step's 256 chunks one after another, so each one's cost delays the rest.
-  // What the socket does not take goes out by async_write, as before (backpressure unchanged).
-  if (!pending_.empty() && !writing_) {
-    const ssize_t n =
-        ::send(stream_.socket().native_handle(), pending_.data(), pending_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return client_gone();
-    if (n > 0) pending_.erase(0, size_t(n));
   }
   if (pending_.empty()) {
     if (close_after_) {
