@@ -5,6 +5,8 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 
 #include "core/error.h"
 #include "serve/metrics_text.h"
+#include "serve/parallel_send.h"
 #include "serve/tokenizer.h"
 
 namespace tandem::serve {
@@ -86,6 +89,13 @@ struct Frontend::Impl {
   bool draining = false;
   bool run_ended = false;
   std::vector<Note> notes;
+  // While a drain runs, the sessions with bytes to send are listed, and sent together at its end:
+  // a large batch on two threads (the io thread and `sender`), see serve/parallel_send.h.
+  bool batching = false;
+  std::vector<std::shared_ptr<Session>> batch;
+  std::vector<SendJob> jobs;
+  std::unique_ptr<ParallelSend> sender;  // null: --send-threads 1
+  int64_t drain_ns = 0;  // --chunk-timestamps: when the drain being run began (CLOCK_MONOTONIC)
 
   void accept();
   void stop_when_written() {
@@ -102,6 +112,9 @@ class Session : public std::enable_shared_from_this<Session> {
   ~Session() { --fe_.connections; }
   void start() { read_request(); }
   void on_note(const Note& n);
+  // The drain's batch: this session's bytes to send, then what the send did with them.
+  SendJob job() { return {stream_.socket().native_handle(), pending_.data(), pending_.size()}; }
+  void batch_sent(const SendJob& j);
   void shut_down_requests();  // the drain ran out: those still alive end as cancelled by the server
 
  private:
@@ -128,7 +141,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void client_gone();
   void end_call();
   void send_stream_head();
-  std::string chunk(size_t index, std::string_view content, bool last, Time at) const;
+  std::string chunk(size_t index, std::string_view content, bool last, const Note& n) const;
   std::string final_body() const;
 
   Frontend::Impl& fe_;
@@ -140,6 +153,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool watching_ = false, next_after_watch_ = false, gone_ = false, shut_down_ = false;
   // The call being served (one at a time per connection).
   bool in_call_ = false, head_sent_ = false;
+  bool listed_ = false;  // in the drain's batch
   Ask ask_;
   std::vector<Choice> choices_;
   size_t open_choices_ = 0;
@@ -294,9 +308,14 @@ void Session::shut_down_requests() {
     if (!c.done) fe_.run.cancel(c.slot);
 }
 
-std::string Session::chunk(size_t index, std::string_view content, bool last, Time at) const {
+std::string Session::chunk(size_t index, std::string_view content, bool last, const Note& n) const {
   std::string s;
-  if (fe_.opts.chunk_timestamps) s = fmt::format(": t={}\n", fe_.run.start_steady_ns() + at);
+  // The emission instant, then where the chunk has been since (the benchmark's split): pushed
+  // into the outbox, the io thread's wake-up that took it, the chunk made and handed to the socket
+  // (q=1: behind this socket's write in flight, so it goes out when that one is done).
+  if (fe_.opts.chunk_timestamps)
+    s = fmt::format(": t={} p={} d={} w={} q={}\n", fe_.run.start_steady_ns() + n.at, n.pushed_ns, fe_.drain_ns,
+                    Outbox::steady_ns(), writing_ ? 1 : 0);
   s += chunk_head_;
   s += std::to_string(index);
   if (ask_.chat)
@@ -329,7 +348,7 @@ void Session::on_note(const Note& n) {
     if (ask_.return_token_ids || !ask_.stream) c->ids.push_back(n.token);
     if (ask_.stream) {
       if (!head_sent_) send_stream_head();
-      std::string s = chunk(index, json_char(b), c->tokens == ask_.max_tokens, n.at);
+      std::string s = chunk(index, json_char(b), c->tokens == ask_.max_tokens, n);
       if (ask_.chat && c->tokens == 1) {  // the first delta names the role
         const std::string from = R"("delta":{)";
         s.insert(s.find(from) + from.size(), R"("role":"assistant",)");
@@ -430,8 +449,23 @@ void Session::send(std::string s) {
   if (!writing_) flush();
 }
 
+void Session::batch_sent(const SendJob& j) {
+  listed_ = false;
+  if (closed_) return;
+  if (j.sent < 0 && j.err != EAGAIN && j.err != EWOULDBLOCK && j.err != EINTR) return client_gone();
+  if (j.sent > 0) pending_.erase(0, size_t(j.sent));
+  flush();  // the rest (a full socket) by async_write; then a close or the next request
+}
+
 void Session::flush() {
   if (closed_) return;
+  if (fe_.batching && !pending_.empty() && !writing_) {  // sent at the drain's end, with the others
+    if (!listed_) {
+      listed_ = true;
+      fe_.batch.push_back(shared_from_this());
+    }
+    return;
+  }
   if (pending_.empty()) {
     if (close_after_) {
       closed_ = true;
@@ -494,13 +528,27 @@ void Frontend::Impl::accept() {
 }
 
 void Frontend::Impl::drain_outbox() {
+  if (opts.chunk_timestamps) drain_ns = Outbox::steady_ns();
   outbox.take(notes);
+  batching = true;
   for (const Note& n : notes) {
     const auto it = by_slot.find(n.id);
     if (it == by_slot.end()) continue;
     const std::shared_ptr<Session> s = it->second;  // on_note may erase the entry
     s->on_note(n);
   }
+  batching = false;
+  if (batch.empty()) return;
+  jobs.clear();
+  for (const auto& s : batch) jobs.push_back(s->job());
+  // Below this a second thread's wake-up costs about what it saves.
+  constexpr size_t kParallelFrom = 16;
+  if (sender && jobs.size() >= kParallelFrom)
+    sender->send_all(jobs);
+  else
+    for (SendJob& j : jobs) send_now(j);
+  for (size_t i = 0; i < batch.size(); ++i) batch[i]->batch_sent(jobs[i]);
+  batch.clear();
 }
 
 void Frontend::Impl::begin_drain(const char* why) {
@@ -537,6 +585,10 @@ Frontend::Frontend(ServedRun& run, const FrontendOptions& o) : impl_(std::make_u
   if (!ec) m.acceptor.bind(ep, ec);
   if (!ec) m.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw InputError(fmt::format("--listen {}:{}: {}", o.host, o.port, ec.message()));
+  m.outbox.set_stamps(o.chunk_timestamps);
+  if (o.send_threads < 1 || o.send_threads > 2)
+    throw InputError(fmt::format("--send-threads {}: must be 1 or 2", o.send_threads));
+  if (o.send_threads == 2) m.sender = std::make_unique<ParallelSend>();
   run.set_outbox(&m.outbox);
 }
 

@@ -31,6 +31,9 @@ struct FrontendOptions {
   int32_t max_queue = 8192;  // engine requests alive at once
   double read_timeout_s = 30;
   double drain_s = 30;
+  // Threads that send a drain's chunks: 2, the io thread and a sender (a step's chunks for many
+  // streams split between the two cores); 1, the io thread alone.
+  int send_threads = 2;
   bool chunk_timestamps = false;  // an SSE comment per chunk with the engine's instant (the benchmark)
 };
 

@@ -102,6 +102,9 @@ int serve_command(const std::vector<std::string>& args) {
       "record-prompts", po::bool_switch(),
       "with --out: arrivals.csv also holds each prompt's token ids, so tandem run of served_workload.yaml replays "
       "them id for id (memory then grows with the prompt tokens served)")(
+      "send-threads", po::value<int>()->default_value(2),
+      "threads that send a step's chunks to the sockets: 2 (the io thread and one more, for 16 or more sockets "
+      "at once) or 1 (the io thread alone)")(
       "chunk-timestamps", po::bool_switch(),
       "an SSE comment line before each chunk: the engine instant it was emitted at (CLOCK_MONOTONIC ns)")(
       "write-tokenizer", po::bool_switch(), "write tokenizer.json and tokenizer_config.json into --out DIR, and exit")(
@@ -165,6 +168,7 @@ int serve_command(const std::vector<std::string>& args) {
   fo.max_body_bytes = vm["max-body-bytes"].as<int64_t>();
   fo.drain_s = vm["drain-s"].as<double>();
   fo.chunk_timestamps = vm["chunk-timestamps"].as<bool>();
+  fo.send_threads = vm["send-threads"].as<int>();
   if (fo.max_connections < 1 || fo.max_queue < 1 || fo.max_body_bytes < 1 || fo.drain_s < 0)
     throw InputError("--max-connections, --max-queue and --max-body-bytes must be at least 1, --drain-s at least 0");
 

@@ -11,6 +11,7 @@
 // until the step's modelled end, so clients see the workload's hardware, not this machine.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,19 +34,27 @@ struct Note {
   ReqId id;
   Token token = 0;
   Time at = 0;  // the engine's instant (ns since the run's start)
+  int64_t pushed_ns = 0;  // CLOCK_MONOTONIC ns when it entered the Outbox (only with stamps on)
 };
 
 class Outbox {
  public:
   explicit Outbox(std::function<void()> wake) : wake_(std::move(wake)) {}
+  // --chunk-timestamps: each note carries the instant it was pushed (the benchmark's split).
+  void set_stamps(bool on) { stamps_ = on; }
   void push(const Note& n) {
     bool was_empty;
     {
       std::lock_guard lock(mu_);
       was_empty = notes_.empty();
       notes_.push_back(n);
+      if (stamps_) notes_.back().pushed_ns = steady_ns();
     }
     if (was_empty) wake_();
+  }
+  static int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
   // Everything pushed so far, in order (the HTTP thread).
   void take(std::vector<Note>& out) {
@@ -56,6 +65,7 @@ class Outbox {
 
  private:
   std::function<void()> wake_;
+  bool stamps_ = false;
   std::mutex mu_;
   std::vector<Note> notes_;
 };

@@ -5,12 +5,17 @@
 // request sent to the last chunk received) and the added latency per chunk: its receipt here
 // minus the engine instant it was emitted at (the server's `: t=` comment, CLOCK_MONOTONIC ns on
 // both sides), p50 and p99. The client is one Asio thread; the machine's load is printed beside.
-//   bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N]
+// --split also prints where the added latency went, p50/p99 of each part per chunk: emitted ->
+// pushed into the outbox (loop), -> the io thread's drain began (wake), -> the chunk made (its
+// place in the drain), -> in this client's socket (send: the drain's sends, done at its end, and
+// loopback; the kernel's receive stamp), -> read here (client).
+//   bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N] [--split]
 #include <fmt/format.h>
 
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange unincluded
 
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
@@ -18,7 +23,10 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -47,7 +55,25 @@ struct Stats {
   int64_t tokens = 0, done = 0, failed = 0;
   int64_t first_sent = 0, last_chunk = 0;
   std::vector<int64_t> added_ns;
+  // --split: the added latency's parts, per chunk (the server's stamps, see serve/frontend.cpp).
+  bool split = false;
+  int64_t realtime_minus_mono = 0;  // the kernel's receive stamps are CLOCK_REALTIME
+  int64_t queued = 0;               // chunks that waited behind their socket's write in flight
+  std::vector<int64_t> loop_ns, wake_ns, order_ns, kernel_ns, client_ns;
 };
+
+int64_t real_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_REALTIME, &t);
+  return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+// The number after `key` in a stamp line, 0 if absent.
+int64_t field(std::string_view l, std::string_view key) {
+  const size_t at = l.find(key);
+  if (at == std::string_view::npos) return 0;
+  return std::strtoll(l.data() + at + key.size(), nullptr, 10);
+}
 
 class Stream : public std::enable_shared_from_this<Stream> {
  public:
@@ -56,6 +82,11 @@ class Stream : public std::enable_shared_from_this<Stream> {
     sock_.async_connect(ep, [self = shared_from_this()](boost::system::error_code ec) {
       if (ec) return self->fail();
       self->sock_.set_option(tcp::no_delay(true));
+      if (self->st_.split) {
+        const int on = 1;
+        setsockopt(self->sock_.native_handle(), SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
+        self->sock_.non_blocking(true);
+      }
       if (self->st_.first_sent == 0) self->st_.first_sent = mono_ns();
       asio::async_write(self->sock_, asio::buffer(self->req_), [self](boost::system::error_code e, size_t) {
         if (e) return self->fail();
@@ -66,6 +97,7 @@ class Stream : public std::enable_shared_from_this<Stream> {
 
  private:
   void read() {
+    if (st_.split) return read_stamped();
     sock_.async_read_some(asio::buffer(buf_), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
       const int64_t now = mono_ns();
       if (n) self->parse(std::string_view(self->buf_.data(), n), now);
@@ -76,13 +108,57 @@ class Stream : public std::enable_shared_from_this<Stream> {
       self->read();
     });
   }
+  // --split: recvmsg with the kernel's receive stamp (SO_TIMESTAMPNS: when the bytes reached this
+  // socket, i.e. the server's send on loopback), so the client's own delay is its own column.
+  void read_stamped() {
+    sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+      if (ec) return self->fail();
+      for (;;) {
+        iovec iov{self->buf_.data(), self->buf_.size()};
+        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(timespec))];
+        msghdr m{};
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctl;
+        m.msg_controllen = sizeof ctl;
+        const ssize_t n = recvmsg(self->sock_.native_handle(), &m, 0);
+        const int64_t now = mono_ns();
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (n <= 0) {
+          if (!self->finished_) self->fail();
+          return;
+        }
+        self->kernel_at_ = 0;
+        for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+          if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+            timespec t{};
+            std::memcpy(&t, CMSG_DATA(c), sizeof t);
+            self->kernel_at_ = int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec - self->st_.realtime_minus_mono;
+          }
+        self->parse(std::string_view(self->buf_.data(), size_t(n)), now);
+      }
+      self->read_stamped();
+    });
+  }
   void parse(std::string_view data, int64_t now) {
     line_.append(data);
     size_t start = 0;
     for (size_t nl; (nl = line_.find('\n', start)) != std::string::npos; start = nl + 1) {
       const std::string_view l(line_.data() + start, nl - start);
       if (l.starts_with(": t=")) {
-        st_.added_ns.push_back(now - std::stoll(std::string(l.substr(4))));
+        const int64_t at = std::stoll(std::string(l.substr(4)));
+        st_.added_ns.push_back(now - at);
+        if (st_.split) {
+          const int64_t pushed = field(l, " p="), woke = field(l, " d="), written = field(l, " w=");
+          st_.loop_ns.push_back(pushed - at);       // emitted -> in the outbox (the loop's thread)
+          st_.wake_ns.push_back(woke - pushed);     // -> the io thread's drain began (its wake-up)
+          st_.order_ns.push_back(written - woke);   // -> this chunk made (its place in the drain)
+          st_.queued += field(l, " q=");
+          // The kernel's stamp is the last segment's arrival, which is this chunk's or a later one's
+          // in the same read (a read takes what has arrived): an upper bound for this chunk.
+          st_.kernel_ns.push_back(kernel_at_ - written);  // -> in this client's socket (the drain's sends)
+          st_.client_ns.push_back(now - kernel_at_);      // -> read here (the client's own delay)
+        }
       } else if (l.starts_with("data: [DONE]")) {
         finished_ = true;
         ++st_.done;
@@ -103,6 +179,7 @@ class Stream : public std::enable_shared_from_this<Stream> {
   std::string req_;
   std::array<char, 16384> buf_{};
   std::string line_;
+  int64_t kernel_at_ = 0;  // --split: the last read's kernel receive stamp (CLOCK_MONOTONIC ns)
   bool finished_ = false;
 };
 
@@ -118,13 +195,21 @@ double pct(std::vector<int64_t>& v, double p) {
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
-                 "usage: bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N]\n");
+                 "usage: bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N] [--split]\n");
     return 2;
   }
   std::vector<int> streams = {64, 256, 1024};
   int max_tokens = 200, prompt_len = 32;
-  for (int i = 3; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  bool split = false;
+  for (int i = 3; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--split") {
+      split = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const std::string v = argv[i + 1];
     if (k == "--streams") {
       streams.clear();
       std::stringstream ss(v);
@@ -177,6 +262,8 @@ int main(int argc, char** argv) {
   for (int n : streams) {
     asio::io_context io;
     Stats st;
+    st.split = split;
+    st.realtime_minus_mono = real_ns() - mono_ns();
     const tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), uint16_t(port));
     for (int i = 0; i < n; ++i) {
       // Each its own prompt (no prefix hits across streams).
@@ -192,6 +279,17 @@ int main(int argc, char** argv) {
     std::printf("%8d %10lld %12.0f %14.3f %14.3f %8lld  %s\n", n, static_cast<long long>(st.tokens),
                 secs > 0 ? double(st.tokens) / secs : 0.0, pct(st.added_ns, 50) * 1e-6, pct(st.added_ns, 99) * 1e-6,
                 static_cast<long long>(st.failed), loadavg().c_str());
+    if (split) {
+      std::printf("%8s  where the added latency went, per chunk, p50/p99 ms:", "");
+      const std::pair<const char*, std::vector<int64_t>*> parts[] = {{"loop", &st.loop_ns},
+                                                                     {"wake", &st.wake_ns},
+                                                                     {"made", &st.order_ns},
+                                                                     {"send", &st.kernel_ns},
+                                                                     {"client", &st.client_ns}};
+      for (const auto& [name, v] : parts) std::printf(" %s %.3f/%.3f", name, pct(*v, 50) * 1e-6, pct(*v, 99) * 1e-6);
+      std::printf("; %lld of %lld chunks queued behind a write\n", static_cast<long long>(st.queued),
+                  static_cast<long long>(st.added_ns.size()));
+    }
     std::fflush(stdout);
     if (st.failed > 0 || st.tokens != int64_t(n) * max_tokens) rc = 1;
   }

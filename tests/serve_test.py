@@ -16,6 +16,8 @@ sim       workloads/serve_sim.yaml (Llama-3-8B on an H200, the cost model's step
   cancel    a client that leaves mid-stream: its request is cancelled (/metrics: cancelled 1,
             nothing running), and the server goes on serving
   max requests  --max-requests 3: the 4th request gets 503 naming the limit; -1 is refused (exit 2)
+  send threads  48 streams at once with --send-threads 2 and 1: 40 one-byte chunks each, once and
+            in order, the same streams; --send-threads 3 is refused
   shutdown  SIGINT with a stream in flight: exit 0, the stream ends with an error event naming
             the shutdown; --out has requests.csv (one row per request, the cancelled ones so
             marked), summary.json, arrivals.csv and served_workload.yaml, which `tandem run`
@@ -199,6 +201,49 @@ def cancel_check(s):
     check(st == 200, "the server goes on serving")
 
 
+def many_streams(port, n, max_tokens):
+    """n streamed completions at once (raw sockets): each stream's texts, chunk by chunk."""
+    texts = [None] * n
+    start = threading.Barrier(n)
+
+    def one(i):
+        body = json.dumps({"prompt": [7 + i, 1000, 1001], "max_tokens": max_tokens, "stream": True}).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as c:
+            start.wait()
+            c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            data = b""
+            while chunk := c.recv(65536):
+                data += chunk
+        events = [line[6:] for line in data.decode().split("\n") if line.startswith("data: ")]
+        texts[i] = ([json.loads(e)["choices"][0]["text"] for e in events if e != "[DONE]"], events[-1] == "[DONE]")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return texts
+
+
+def send_threads_check(tandem, workload):
+    """48 streams at once, so that a step's chunks for 48 sockets are sent as one batch (split
+    between two threads from 16): every chunk arrives once, in order, and the streams equal those
+    of the io thread sending alone."""
+    got = {}
+    for threads in ("2", "1"):
+        s = Server(tandem, workload, "--send-threads", threads)
+        try:
+            got[threads] = many_streams(s.port, 48, 40)
+        finally:
+            s.stop()
+        check(all(done and len(chunks) == 40 and all(len(c) == 1 for c in chunks) for chunks, done in got[threads]),
+              f"--send-threads {threads}: 48 streams at once, 40 one-byte chunks each, then [DONE]")
+    check(got["2"] == got["1"], "--send-threads 2 streams what --send-threads 1 does, chunk for chunk")
+    r = subprocess.run([tandem, "serve", workload, "--send-threads", "3"], capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "--send-threads 3" in r.stderr, "--send-threads 3 is refused, naming it")
+
+
 def shutdown_check(s, tandem, out):
     c = s.conn()
     c.request("POST", "/v1/completions", body=json.dumps({"prompt": "drain", "max_tokens": 1500, "stream": True}),
@@ -354,6 +399,8 @@ def main():
                 s.kill()
             print("max requests:")
             max_requests_check(tandem, wl("serve_sim.yaml"))
+            print("send threads:")
+            send_threads_check(tandem, wl("serve_sim.yaml"))
             s = Server(tandem, wl("serve_sim.yaml"), "--api-key-file", key)
             try:
                 st, _, _ = s.request("GET", "/v1/models")
