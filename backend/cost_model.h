@@ -61,7 +61,8 @@ StepKind step_kind(const StepPlan& plan);
 const char* step_kind_name(StepKind k);
 // The size a residual is classed by: a decode step's sequences, another step's tokens.
 int32_t refine_size(const StepPlan& plan);
-// A profile's residual for a step of this kind and size: its size class's, else its kind's.
+// A profile's residual for a step of this kind and size: its size class's, else the nearest kept
+// class's, else (no class kept for the kind) its kind's.
 double refine_factor(const OperatorProfile& p, StepKind k, int32_t size);
 
 // The features both models use: summed over the plan's sequences.

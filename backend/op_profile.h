@@ -70,9 +70,10 @@ constexpr double kReferenceBound = 0.40;    // refused: the reference moved by m
 constexpr double kMinCpuShare = 0.90;       // refused (CPU backend): the grid had its cores less of the time
 
 // A residual for the served steps of one size class of one kind (decode: sequences in the step;
-// prefill and mixed: tokens in the step): a step whose size is in (the previous class's upto, upto]
-// takes `factor` instead of its kind's residual. Classes are powers of two; only classes with
-// enough served steps are kept.
+// prefill and mixed: tokens in the step): a step whose size is in (upto / 2, upto] takes `factor`
+// instead of its kind's residual, a size without a kept class the nearest class's
+// (refine_factor, backend/cost_model.h). Classes are powers of two; only classes with enough
+// served steps are kept.
 struct SizeResidual {
   int32_t upto = 0;
   double factor = 1.0;

@@ -188,11 +188,18 @@ TEST_CASE("refine_profile: a residual per size class where served traffic has en
   CHECK(p.refine_decode == doctest::Approx(kind));
   CHECK(refine_factor(p, StepKind::Decode, 1) == doctest::Approx(0.8));
   CHECK(refine_factor(p, StepKind::Decode, 2) == doctest::Approx(1.25));
-  CHECK(refine_factor(p, StepKind::Decode, 3) == doctest::Approx(kind));   // (2, 4]: no class kept
-  CHECK(refine_factor(p, StepKind::Decode, 64) == doctest::Approx(kind));  // beyond every class
+  p.refine_by_size[int(StepKind::Decode)].push_back({8, 0.5, 20});
+  CHECK(refine_factor(p, StepKind::Decode, 3) == doctest::Approx(1.25));  // classes 2 and 8 equally near: 2
+  CHECK(refine_factor(p, StepKind::Decode, 5) == doctest::Approx(0.5));   // (4, 8]: its own
+  p.refine_by_size[int(StepKind::Decode)].pop_back();
+  // A size without a class of its own takes the nearest kept class (in powers of two; ties: the
+  // smaller), not the kind's total; a kind without any class, the kind's residual.
+  CHECK(refine_factor(p, StepKind::Decode, 3) == doctest::Approx(1.25));   // (2, 4]: nearest is 2
+  CHECK(refine_factor(p, StepKind::Decode, 64) == doctest::Approx(1.25));  // beyond every class: the largest
   CHECK(refine_factor(p, StepKind::Prefill, 129) == doctest::Approx(1.1));
-  CHECK(refine_factor(p, StepKind::Prefill, 128) == doctest::Approx(p.refine_prefill));  // the class below
+  CHECK(refine_factor(p, StepKind::Prefill, 1) == doctest::Approx(1.1));   // below every class: the smallest
   CHECK(refine_factor(p, StepKind::Mixed, 200) == doctest::Approx(p.refine_mixed));
+  CHECK(p.refine_mixed != doctest::Approx(1.0));
   // The cost model applies it: a one-sequence decode priced at 0.8 of the grid, a two-sequence one at 1.25.
   auto q = std::make_shared<OperatorProfile>(p);
   auto bare = std::make_shared<OperatorProfile>(truth_profile());
