@@ -20,7 +20,9 @@ to the next step's, for steps followed at once by another; the executor's comput
 engine's host work after it, which a profile with served traffic prices as `loop_gap_us`) by
 kind: decode-only, prefill-only, mixed; median, p90 and max of |error|, the median signed
 error (positive: priced high), and the median share of that time the loop spent outside the
-executor (steps.csv host_ms, where measured).
+executor (steps.csv host_ms, where measured). Beside the runs' conditions, each run's speed
+against the profile: the median over its steps of compute (elapsed_ms) over price (predicted_ms);
+every run of a case is priced by the same profile, so their spread is the machine's own speed.
 Standard library only (tools/tandem_tools.py).
 """
 import csv
@@ -109,6 +111,20 @@ def step_errors(run_dirs):
         elif held_ms is not None:
             kinds[kind].append(float(row["predicted_ms"]) / held_ms - 1.0)
     return kinds
+
+
+def run_speed(run_dir):
+    """A measured run's speed against the profile: the median over its steps of the executor's
+    compute (elapsed_ms) over the price (predicted_ms). The same profile priced every run of a
+    case, so how far these differ between runs is how far the machine's own speed moved: the
+    same arithmetic, taking longer or shorter. None without steps.csv or prices."""
+    path = os.path.join(run_dir, "steps.csv")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        ratios = [float(r["elapsed_ms"]) / float(r["predicted_ms"]) for r in csv.DictReader(f)
+                  if float(r.get("predicted_ms") or 0) > 0]
+    return statistics.median(ratios) if ratios else None
 
 
 def host_shares(run_dirs):
@@ -229,11 +245,16 @@ def main(argv):
         else:
             case_verdict = "met"
         taken, warned, n_cond = tt.run_conditions([os.path.join(case, d) for d in measured_dirs(case)])
+        speeds = [s for s in (run_speed(os.path.join(case, d)) for d in measured_dirs(case)) if s is not None]
+        speed_spread = spread_of(speeds) if len(speeds) > 1 else tt.NAN
         if n_cond:
-            conds.append([name, n_cond, tt.fmt_pct(taken, sign=False), len(warned)])
+            conds.append([name, n_cond, tt.fmt_pct(taken, sign=False), len(warned),
+                          " ".join("%.3f" % s for s in speeds) if speeds else "-",
+                          tt.fmt_pct(speed_spread, sign=False) if not tt.is_nan(speed_spread) else "-"])
             n_warned += len(warned)
         cases_out.append({"case": name, "runs": n_runs, "verdict": case_verdict,
-                          "conditions": {"cores_taken_max": taken, "runs_warned": len(warned)},
+                          "conditions": {"cores_taken_max": taken, "runs_warned": len(warned),
+                                         "run_speeds": speeds, "run_speed_spread": speed_spread},
                           "figures_met": verdicts.count("met"), "figures_noisy": verdicts.count("noisy"),
                           "figures": figures,
                           "earlier_set_spreads": earlier_sets(case)})
@@ -260,9 +281,13 @@ def main(argv):
                                     "time of back-to-back steps; positive: priced high; host: the loop's own work outside "
                                     "the executor (host_ms) as a share of that time, - where not measured):"))
     if conds:
-        print(tt.format_table(["case", "runs", "cores taken max %", "runs warned"], conds,
+        print(tt.format_table(["case", "runs", "cores taken max %", "runs warned", "compute/price per run",
+                               "its spread %"], conds,
                               title="conditions of the measured runs (summary.json): the largest share of their "
-                                    "cores' time other work took; a run warns above %.0f %%" % (100 * tt.TAKEN_WARN)))
+                                    "cores' time other work took; a run warns above %.0f %%. compute/price: each run's "
+                                    "median over its steps of the executor's time over the profile's price (the same "
+                                    "profile for every run, so its spread is the machine's own speed moving)"
+                              % (100 * tt.TAKEN_WARN)))
     if n_warned:
         print("WARNING: %d measured run(s) ran while other work took their cores: their figures, and the errors "
               "against them, are a busy machine's, not this one's" % n_warned)

@@ -265,6 +265,12 @@ class SimError(unittest.TestCase):
         shares = self.se.host_shares([d])
         self.assertEqual(len(shares["decode"]), 1)
         self.assertAlmostEqual(shares["decode"][0], 0.2, places=6)
+        # A run's speed against the profile: the median over its steps of compute / price.
+        with open(os.path.join(d, "steps.csv"), "w") as f:
+            f.write("step,elapsed_ms,n_prefill,n_decode,predicted_ms\n0,0.50,0,1,1.0\n1,0.60,0,1,1.0\n"
+                    "2,9.00,0,1,1.0\n3,1.00,0,1,0\n")  # the outlier moves a median little; no price: left out
+        self.assertAlmostEqual(self.se.run_speed(d), 0.60, places=6)
+        self.assertIsNone(self.se.run_speed(os.path.join(self.tmp, "nowhere")))
 
     def test_medians_judged(self):
         """#39: p50s and p90s are judged beside means and p99s; a figure no run holds is not counted."""
