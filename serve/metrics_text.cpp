@@ -43,8 +43,15 @@ std::string metrics_text(LiveStats& s, const std::string& model) {
   metric(out, "vllm:prompt_tokens_total", "counter", "Prompt tokens of the requests scheduled.", labels,
          double(s.prompt_tokens));
   metric(out, "vllm:generation_tokens_total", "counter", "Tokens generated.", labels, double(s.generation_tokens));
-  metric(out, "vllm:request_success_total", "counter", "Requests finished (tandem ignores EOS: all by length).",
-         labels + ",finished_reason=\"length\"", double(s.finished));
+  // vLLM counts a request's end by its finish reason; an aborted (cancelled) one as "abort".
+  out += fmt::format(
+      "# HELP vllm:request_success_total Requests ended, by finish reason (tandem ignores EOS: every finished one "
+      "by length; abort: cancelled).\n# TYPE vllm:request_success_total counter\n"
+      "vllm:request_success_total{{{},finished_reason=\"length\"}} {}\n"
+      "vllm:request_success_total{{{},finished_reason=\"abort\"}} {}\n",
+      labels, s.finished, labels, s.cancelled);
+  metric(out, "vllm:num_preemptions_total", "counter",
+         "Preemptions: always 0, tandem never preempts (admission reserves a request's KV for its life).", labels, 0.0);
   metric(out, "tandem:requests_cancelled_total", "counter", "Requests cancelled (a client left, or a shutdown).",
          labels, double(s.cancelled));
   metric(out, "tandem:requests_failed_total", "counter", "Requests failed, with a reason.", labels, double(s.failed));
@@ -56,6 +63,25 @@ std::string metrics_text(LiveStats& s, const std::string& model) {
   histogram(out, "vllm:inter_token_latency_seconds", "Time between two tokens of a request.", labels, s.itl);
   histogram(out, "vllm:e2e_request_latency_seconds", "A finished request's time from arrival to its end.", labels,
             s.e2e);
+  histogram(out, "vllm:request_queue_time_seconds", "A finished request's time from arrival to its first step.",
+            labels, s.queue);
+  histogram(out, "vllm:request_prefill_time_seconds",
+            "A finished request's time from its first step to its first token.", labels, s.prefill);
+  histogram(out, "vllm:request_decode_time_seconds", "A finished request's time from its first to its last token.",
+            labels, s.decode);
+  histogram(out, "vllm:request_inference_time_seconds",
+            "A finished request's time from its first step to its last token (prefill + decode).", labels,
+            s.inference);
+  histogram(out, "vllm:request_time_per_output_token_seconds",
+            "A finished request's decode time over its tokens after the first (two tokens or more).", labels,
+            s.request_tpot);
+  histogram(out, "vllm:request_prompt_tokens", "A finished request's prompt tokens.", labels, s.prompt_len);
+  histogram(out, "vllm:request_generation_tokens", "A finished request's generated tokens.", labels,
+            s.generation_len);
+  histogram(out, "vllm:request_params_max_tokens", "A finished request's max_tokens.", labels, s.max_tokens_param);
+  histogram(out, "vllm:iteration_tokens_total",
+            "Tokens an engine step computes (prompt chunks and decode inputs), every instance's steps.", labels,
+            s.step_tokens);
   return out;
 }
 

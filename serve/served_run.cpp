@@ -20,15 +20,39 @@ void LiveStats::Histogram::add(double v) {
   ++count;
 }
 
-// vLLM's buckets (vllm/v1/metrics/loggers.py) for its TTFT, inter-token and e2e histograms.
-LiveStats::LiveStats()
+namespace {
+// vLLM's buckets (vllm/v1/metrics/loggers.py), so that its dashboards' quantiles read the same.
+const std::vector<double> kPerTokenBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                                              0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kRequestBuckets = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,    10.0,   15.0, 20.0,
+                                             30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+
+// 1, 2, 5, 10, 20, 50, ... up to `max` (vLLM's token-count buckets, to its max_model_len).
+std::vector<double> one_two_five(int64_t max) {
+  std::vector<double> b;
+  for (int64_t decade = 1; decade <= max; decade *= 10)
+    for (int64_t m : {1, 2, 5})
+      if (m * decade <= max) b.push_back(double(m * decade));
+  return b;
+}
+}  // namespace
+
+LiveStats::LiveStats(int32_t max_model_len)
     : ttft({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
             1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
-      itl({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
-      e2e({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
-           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}) {}
+      itl(kPerTokenBuckets),
+      e2e(kRequestBuckets),
+      queue(kRequestBuckets),
+      prefill(kRequestBuckets),
+      decode(kRequestBuckets),
+      inference(kRequestBuckets),
+      request_tpot(kPerTokenBuckets),
+      prompt_len(one_two_five(max_model_len)),
+      generation_len(one_two_five(max_model_len)),
+      max_tokens_param(one_two_five(max_model_len)),
+      step_tokens({1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}) {}
 
-ServedRun::ServedRun(const Workload& w, const ServeOptions& o) : o_(o) {
+ServedRun::ServedRun(const Workload& w, const ServeOptions& o) : o_(o), stats_(w.model.max_model_len) {
   if (o.max_requests < 0)
     throw InputError(fmt::format("--max-requests {}: must be at least 0 (0: no limit)", o.max_requests));
   if (o.backend == "cpu") cpu::set_threads(o.threads);
@@ -116,6 +140,8 @@ void ServedRun::on_step(const StepRecord& r) {
   kv_use_[i] = r.kv_capacity > 0 ? double(r.kv_used) / r.kv_capacity : 0.0;
   stats_.kv_usage = *std::max_element(kv_use_.begin(), kv_use_.end());
   publish_counts();
+  std::lock_guard lock(stats_.mu);
+  stats_.step_tokens.add(r.plan->num_tokens);
 }
 
 void ServedRun::publish_counts() {
@@ -139,6 +165,20 @@ void ServedRun::on_token(const Request& r, Time at) {
     stats_.itl.add(to_seconds(at - previous));
 }
 
+// A finished request's phases and sizes, as vLLM records them at a request's end (finished ones
+// only: a cancelled or failed request has no decode phase to speak of).
+void ServedRun::add_finished(const Request& r) {
+  stats_.e2e.add(to_seconds(r.finish - r.arrival));
+  stats_.queue.add(to_seconds(r.first_scheduled - r.arrival));
+  stats_.prefill.add(to_seconds(r.first_token - r.first_scheduled));
+  stats_.decode.add(to_seconds(r.last_token - r.first_token));
+  stats_.inference.add(to_seconds(r.last_token - r.first_scheduled));
+  if (r.generated > 1) stats_.request_tpot.add(to_seconds(r.last_token - r.first_token) / (r.generated - 1));
+  stats_.prompt_len.add(r.prompt_len);
+  stats_.generation_len.add(r.generated);
+  stats_.max_tokens_param.add(r.max_output);
+}
+
 void ServedRun::on_request_done(const Request& r) {
   if (!o_.record_prompts) {
     std::lock_guard lock(prompts_mu_);
@@ -159,7 +199,7 @@ void ServedRun::on_request_done(const Request& r) {
     stats_.prefix_queries += r.prompt_len;
     stats_.prefix_hits += r.num_cached_tokens;
   }
-  if (r.status == RequestStatus::Finished) stats_.e2e.add(to_seconds(r.finish - r.arrival));
+  if (r.status == RequestStatus::Finished) add_finished(r);
   if (setup_->engine().topology().moves_kv()) {
     const RequestTransfer t = setup_->engine().topology().transfer_of(r.id);
     if (t.end != kNever) {

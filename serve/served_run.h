@@ -87,7 +87,14 @@ struct LiveStats {
     void add(double v);
   };
   Histogram ttft, itl, e2e;
-  LiveStats();
+  // A finished request's phases, as vLLM splits them: queue (arrival to its first step), prefill
+  // (first step to first token), decode (first to last token), inference (prefill + decode), and
+  // its time per output token (decode / (tokens - 1), two tokens or more).
+  Histogram queue, prefill, decode, inference, request_tpot;
+  // Counts: a finished request's prompt and output tokens and max_tokens (1-2-5 buckets up to the
+  // model's max_model_len), and the tokens each step computes (prompt chunks and decode inputs).
+  Histogram prompt_len, generation_len, max_tokens_param, step_tokens;
+  explicit LiveStats(int32_t max_model_len = 8192);
 };
 
 struct ServeOptions {
@@ -148,7 +155,7 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
   std::unique_ptr<RunSetup> setup_;  // the workload, specs, executors, channel, clock, engine, outputs
   int64_t start_steady_ns_ = 0;      // the wall clock's time 0, made at start() after the warm-up
   Outbox* outbox_ = nullptr;
-  LiveStats stats_;
+  LiveStats stats_;  // its token-count buckets reach the workload's max_model_len
   // By id: written by submit (HTTP thread), which grows the table; read on the loop's thread;
   // freed when the request leaves. Both tables grow with the requests taken (amortised
   // doubling), as the engine's does: a server's memory follows its use, not --max-requests.
@@ -165,6 +172,7 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
   std::atomic<int64_t> num_alive_{0};  // submitted (HTTP thread) and not ended (loop thread)
   int64_t num_scheduled_alive_ = 0;    // loop thread
   void publish_counts();
+  void add_finished(const Request& r);  // under stats_.mu
   ReqId next_slot_ = 0;  // HTTP thread
   std::thread thread_;
   Summary summary_;

@@ -89,7 +89,14 @@ class Server:
             if line.startswith("#") or not line.strip():
                 continue
             name_labels, value = line.rsplit(" ", 1)
-            out[name_labels.split("{")[0] + ("" if "le=" not in name_labels else name_labels[name_labels.index("le="):])] = float(value)
+            # The name alone, or with its one distinguishing label: a bucket's le="..." or the
+            # finish reason (e.g. 'vllm:request_success_total{finished_reason="abort"}').
+            name, key = name_labels.split("{")[0], ""
+            for label in ("le", "finished_reason"):
+                found = re.search(label + r'="([^"]*)"', name_labels)
+                if found:
+                    key = f'{{{label}="{found.group(1)}"}}'
+            out[name + key] = float(value)
         return out
 
     def stop(self, sig=signal.SIGINT, timeout=120):

@@ -9,6 +9,10 @@ sim       workloads/serve_sim.yaml (Llama-3-8B on an H200, the cost model's step
   api       /health, /v1/models; completions: a string prompt, token ids, a list of prompts,
             streamed (one token a chunk, finish_reason on the last, the usage chunk, [DONE]) and
             not; chat (the fixed template's byte count as prompt_tokens): usage counts exact
+  metrics   one request alone (5 prompt ids, 7 tokens): vLLM's per-request histograms (queue,
+            prefill, decode, inference, time per output token, e2e, prompt/generation tokens,
+            max_tokens) count it once with its exact sizes, its phases add up, the steps'
+            tokens (iteration_tokens_total) are 5 + 6 in 7 steps
   errors    malformed JSON, wrong types, temperature 0.7, n 2, an unknown model, a prompt too
             large for the KV cache (400 naming max_tokens), a token id outside the vocabulary,
             an oversized body (413), too many connections (503), a full queue (503), unknown
@@ -111,6 +115,39 @@ def api_checks(s, model):
     check(st == 200 and len(deltas) == 3 and deltas[0].get("role") == "assistant" and
           all(len(d["content"]) == 1 for d in deltas), "chat streamed: 3 deltas of one token")
     check(ev[-2]["usage"]["completion_tokens"] == 3, "chat usage chunk")
+
+
+def metrics_check(s):
+    """One request alone on the server (5 prompt ids, 7 tokens): every vLLM per-request histogram
+    counts it once with its exact sizes, its phases add up, and the steps' tokens are 5 + 6."""
+    before = s.metrics()
+    st, r = s.post_json("/v1/completions", {"prompt": [10, 11, 12, 13, 14], "max_tokens": 7})
+    check(st == 200 and r["usage"]["completion_tokens"] == 7, "metrics: the request served")
+    after = s.metrics()
+    d = lambda key: after.get(key, 0) - before.get(key, 0)  # noqa: E731
+    timed = ["e2e_request_latency", "request_queue_time", "request_prefill_time", "request_decode_time",
+             "request_inference_time", "request_time_per_output_token"]
+    sized = ["request_prompt_tokens", "request_generation_tokens", "request_params_max_tokens"]
+    counts = {name: d(f"vllm:{name}_seconds_count") for name in timed}
+    counts.update({name: d(f"vllm:{name}_count") for name in sized})
+    check(all(c == 1 for c in counts.values()), f"metrics: each per-request histogram counted it once ({counts})")
+    check(d('vllm:request_success_total{finished_reason="length"}') == 1 and
+          d('vllm:request_success_total{finished_reason="abort"}') == 0, "metrics: one more finished by length")
+    check(d("vllm:request_prompt_tokens_sum") == 5 and d("vllm:request_generation_tokens_sum") == 7 and
+          d("vllm:request_params_max_tokens_sum") == 7, "metrics: its sizes, 5 prompt and 7 generated tokens")
+    check(d('vllm:request_prompt_tokens_bucket{le="5"}') == 1 and d('vllm:request_prompt_tokens_bucket{le="2"}') == 0,
+          "metrics: 5 prompt tokens in the le=5 bucket, not in le=2")
+    sec = lambda name: d(f"vllm:{name}_seconds_sum")  # noqa: E731
+    check(abs(sec("request_prefill_time") + sec("request_decode_time") - sec("request_inference_time")) < 1e-6 and
+          abs(sec("request_queue_time") + sec("request_inference_time") - sec("e2e_request_latency")) < 1e-6,
+          "metrics: prefill + decode = inference, queue + inference = e2e")
+    check(sec("request_decode_time") > 0 and
+          abs(sec("request_time_per_output_token") - sec("request_decode_time") / 6) < 1e-6,
+          "metrics: time per output token = decode / 6")
+    check(d("vllm:iteration_tokens_total_sum") == 11 and d("vllm:iteration_tokens_total_count") == 7,
+          f"metrics: 7 steps computed 5 + 6 tokens ({d('vllm:iteration_tokens_total_sum'):.0f} in "
+          f"{d('vllm:iteration_tokens_total_count'):.0f})")
+    check(after["vllm:num_preemptions_total"] == 0, "metrics: no preemptions")
 
 
 def error_checks(s, model, port):
@@ -387,6 +424,8 @@ def main():
             try:
                 print("api:")
                 api_checks(s, "llama3-8b")
+                print("metrics:")
+                metrics_check(s)
                 print("errors:")
                 error_checks(s, "llama3-8b", s.port)
                 print("queue:")
