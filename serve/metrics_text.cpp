@@ -36,12 +36,13 @@ std::string metrics_text(LiveStats& s, const std::string& model) {
   metric(out, "vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage (1 = full); vLLM's older name.", labels,
          s.kv_usage.load());
   std::lock_guard lock(s.mu);
-  metric(out, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", labels,
+  metric(out, "vllm:prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache (counted at a prompt's first token).", labels,
          double(s.prefix_queries));
   metric(out, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", labels,
          double(s.prefix_hits));
-  metric(out, "vllm:prompt_tokens_total", "counter", "Prompt tokens of the requests scheduled.", labels,
-         double(s.prompt_tokens));
+  metric(out, "vllm:prompt_tokens_total", "counter",
+         "Prompt tokens of the prompts done (counted at their first token).", labels, double(s.prompt_tokens));
   metric(out, "vllm:generation_tokens_total", "counter", "Tokens generated.", labels, double(s.generation_tokens));
   // vLLM counts a request's end by its finish reason; an aborted (cancelled) one as "abort".
   out += fmt::format(
@@ -63,21 +64,19 @@ std::string metrics_text(LiveStats& s, const std::string& model) {
   histogram(out, "vllm:inter_token_latency_seconds", "Time between two tokens of a request.", labels, s.itl);
   histogram(out, "vllm:e2e_request_latency_seconds", "A finished request's time from arrival to its end.", labels,
             s.e2e);
-  histogram(out, "vllm:request_queue_time_seconds", "A finished request's time from arrival to its first step.",
-            labels, s.queue);
+  histogram(out, "vllm:request_queue_time_seconds", "A finished request's time from arrival to its first step.", labels,
+            s.queue);
   histogram(out, "vllm:request_prefill_time_seconds",
             "A finished request's time from its first step to its first token.", labels, s.prefill);
   histogram(out, "vllm:request_decode_time_seconds", "A finished request's time from its first to its last token.",
             labels, s.decode);
   histogram(out, "vllm:request_inference_time_seconds",
-            "A finished request's time from its first step to its last token (prefill + decode).", labels,
-            s.inference);
+            "A finished request's time from its first step to its last token (prefill + decode).", labels, s.inference);
   histogram(out, "vllm:request_time_per_output_token_seconds",
             "A finished request's decode time over its tokens after the first (two tokens or more).", labels,
             s.request_tpot);
   histogram(out, "vllm:request_prompt_tokens", "A finished request's prompt tokens.", labels, s.prompt_len);
-  histogram(out, "vllm:request_generation_tokens", "A finished request's generated tokens.", labels,
-            s.generation_len);
+  histogram(out, "vllm:request_generation_tokens", "A finished request's generated tokens.", labels, s.generation_len);
   histogram(out, "vllm:request_params_max_tokens", "A finished request's max_tokens.", labels, s.max_tokens_param);
   histogram(out, "vllm:iteration_tokens_total",
             "Tokens an engine step computes (prompt chunks and decode inputs), every instance's steps.", labels,

@@ -22,9 +22,9 @@ void LiveStats::Histogram::add(double v) {
 
 namespace {
 // vLLM's buckets (vllm/v1/metrics/loggers.py), so that its dashboards' quantiles read the same.
-const std::vector<double> kPerTokenBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+const std::vector<double> kPerTokenBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
                                               0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
-const std::vector<double> kRequestBuckets = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,    10.0,   15.0, 20.0,
+const std::vector<double> kRequestBuckets = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
                                              30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
 // 1, 2, 5, 10, 20, 50, ... up to `max` (vLLM's token-count buckets, to its max_model_len).
@@ -156,13 +156,21 @@ void ServedRun::on_token(const Request& r, Time at) {
   d.last = at;
   const auto& out = setup_->engine().outputs();
   const Token t = out.empty() ? emulated_token(k) : out[size_t(r.id)][size_t(k)];
+  {  // before the note: a client that has its token finds it in /metrics
+    std::lock_guard lock(stats_.mu);
+    ++stats_.generation_tokens;
+    if (k == 0) {
+      stats_.ttft.add(to_seconds(at - r.arrival));
+      // A prompt counts once it is done (its first token), as vLLM counts it, not at the request's
+      // end: a rate over these counters then follows the prefills as they happen.
+      stats_.prompt_tokens += r.prompt_len;
+      stats_.prefix_queries += r.prompt_len;
+      stats_.prefix_hits += r.num_cached_tokens;
+    } else {
+      stats_.itl.add(to_seconds(at - previous));
+    }
+  }
   if (outbox_) outbox_->push({Note::Kind::Token, RequestStatus::Running, FailReason::None, r.id, t, at});
-  std::lock_guard lock(stats_.mu);
-  ++stats_.generation_tokens;
-  if (k == 0)
-    stats_.ttft.add(to_seconds(at - r.arrival));
-  else
-    stats_.itl.add(to_seconds(at - previous));
 }
 
 // A finished request's phases and sizes, as vLLM records them at a request's end (finished ones
@@ -189,24 +197,21 @@ void ServedRun::on_request_done(const Request& r) {
   num_scheduled_alive_ -= delivered(r.id).scheduled;
   --num_alive_;
   publish_counts();
-  if (outbox_) outbox_->push({Note::Kind::End, r.status, r.fail_reason, r.id, 0, r.finish});
-  std::lock_guard lock(stats_.mu);
-  stats_.finished += r.status == RequestStatus::Finished;
-  stats_.cancelled += r.status == RequestStatus::Cancelled;
-  stats_.failed += r.status == RequestStatus::Failed;
-  if (r.first_scheduled != kNever) {
-    stats_.prompt_tokens += r.prompt_len;
-    stats_.prefix_queries += r.prompt_len;
-    stats_.prefix_hits += r.num_cached_tokens;
-  }
-  if (r.status == RequestStatus::Finished) add_finished(r);
-  if (setup_->engine().topology().moves_kv()) {
-    const RequestTransfer t = setup_->engine().topology().transfer_of(r.id);
-    if (t.end != kNever) {
-      ++stats_.transfers;
-      stats_.transfer_bytes += t.bytes;
+  {  // before the note: a client that has its request's end finds it in /metrics
+    std::lock_guard lock(stats_.mu);
+    stats_.finished += r.status == RequestStatus::Finished;
+    stats_.cancelled += r.status == RequestStatus::Cancelled;
+    stats_.failed += r.status == RequestStatus::Failed;
+    if (r.status == RequestStatus::Finished) add_finished(r);
+    if (setup_->engine().topology().moves_kv()) {
+      const RequestTransfer t = setup_->engine().topology().transfer_of(r.id);
+      if (t.end != kNever) {
+        ++stats_.transfers;
+        stats_.transfer_bytes += t.bytes;
+      }
     }
   }
+  if (outbox_) outbox_->push({Note::Kind::End, r.status, r.fail_reason, r.id, 0, r.finish});
 }
 
 }  // namespace tandem::serve

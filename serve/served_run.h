@@ -33,7 +33,7 @@ struct Note {
   FailReason reason = FailReason::None;
   ReqId id;
   Token token = 0;
-  Time at = 0;  // the engine's instant (ns since the run's start)
+  Time at = 0;            // the engine's instant (ns since the run's start)
   int64_t pushed_ns = 0;  // CLOCK_MONOTONIC ns when it entered the Outbox (only with stamps on)
 };
 
@@ -173,7 +173,7 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
   int64_t num_scheduled_alive_ = 0;    // loop thread
   void publish_counts();
   void add_finished(const Request& r);  // under stats_.mu
-  ReqId next_slot_ = 0;  // HTTP thread
+  ReqId next_slot_ = 0;                 // HTTP thread
   std::thread thread_;
   Summary summary_;
   std::string error_;

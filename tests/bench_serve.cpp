@@ -8,7 +8,8 @@
 // --split also prints where the added latency went, p50/p99 of each part per chunk: emitted ->
 // pushed into the outbox (loop), -> the io thread's drain began (wake), -> the chunk made (its
 // place in the drain), -> in this client's socket (send: the drain's sends, done at its end, and
-// loopback; the kernel's receive stamp), -> read here (client).
+// loopback; the kernel's receive stamp), -> read here (client); and emitted -> in the client's
+// socket, p50/p99: the added latency without this client's own reading.
 //   bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N] [--split]
 #include <fmt/format.h>
 
@@ -21,13 +22,13 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -60,6 +61,7 @@ struct Stats {
   int64_t realtime_minus_mono = 0;  // the kernel's receive stamps are CLOCK_REALTIME
   int64_t queued = 0;               // chunks that waited behind their socket's write in flight
   std::vector<int64_t> loop_ns, wake_ns, order_ns, kernel_ns, client_ns;
+  std::vector<int64_t> at_socket_ns;  // emitted -> in this client's socket: the server and loopback, not the client
 };
 
 int64_t real_ns() {
@@ -150,14 +152,15 @@ class Stream : public std::enable_shared_from_this<Stream> {
         st_.added_ns.push_back(now - at);
         if (st_.split) {
           const int64_t pushed = field(l, " p="), woke = field(l, " d="), written = field(l, " w=");
-          st_.loop_ns.push_back(pushed - at);       // emitted -> in the outbox (the loop's thread)
-          st_.wake_ns.push_back(woke - pushed);     // -> the io thread's drain began (its wake-up)
-          st_.order_ns.push_back(written - woke);   // -> this chunk made (its place in the drain)
+          st_.loop_ns.push_back(pushed - at);      // emitted -> in the outbox (the loop's thread)
+          st_.wake_ns.push_back(woke - pushed);    // -> the io thread's drain began (its wake-up)
+          st_.order_ns.push_back(written - woke);  // -> this chunk made (its place in the drain)
           st_.queued += field(l, " q=");
           // The kernel's stamp is the last segment's arrival, which is this chunk's or a later one's
           // in the same read (a read takes what has arrived): an upper bound for this chunk.
           st_.kernel_ns.push_back(kernel_at_ - written);  // -> in this client's socket (the drain's sends)
           st_.client_ns.push_back(now - kernel_at_);      // -> read here (the client's own delay)
+          st_.at_socket_ns.push_back(kernel_at_ - at);    // the added latency without the client's reading
         }
       } else if (l.starts_with("data: [DONE]")) {
         finished_ = true;
@@ -194,8 +197,9 @@ double pct(std::vector<int64_t>& v, double p) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N] [--split]\n");
+    std::fprintf(
+        stderr,
+        "usage: bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N] [--split]\n");
     return 2;
   }
   std::vector<int> streams = {64, 256, 1024};
@@ -289,6 +293,10 @@ int main(int argc, char** argv) {
       for (const auto& [name, v] : parts) std::printf(" %s %.3f/%.3f", name, pct(*v, 50) * 1e-6, pct(*v, 99) * 1e-6);
       std::printf("; %lld of %lld chunks queued behind a write\n", static_cast<long long>(st.queued),
                   static_cast<long long>(st.added_ns.size()));
+      std::printf(
+          "%8s  emitted -> in the client's socket (the server and loopback, without the client's reads): "
+          "p50 %.3f ms, p99 %.3f ms\n",
+          "", pct(st.at_socket_ns, 50) * 1e-6, pct(st.at_socket_ns, 99) * 1e-6);
     }
     std::fflush(stdout);
     if (st.failed > 0 || st.tokens != int64_t(n) * max_tokens) rc = 1;

@@ -12,7 +12,8 @@ sim       workloads/serve_sim.yaml (Llama-3-8B on an H200, the cost model's step
   metrics   one request alone (5 prompt ids, 7 tokens): vLLM's per-request histograms (queue,
             prefill, decode, inference, time per output token, e2e, prompt/generation tokens,
             max_tokens) count it once with its exact sizes, its phases add up, the steps'
-            tokens (iteration_tokens_total) are 5 + 6 in 7 steps
+            tokens (iteration_tokens_total) are 5 + 6 in 7 steps; a streamed prompt's tokens count
+            at its first token (vllm:prompt_tokens_total mid-stream)
   errors    malformed JSON, wrong types, temperature 0.7, n 2, an unknown model, a prompt too
             large for the KV cache (400 naming max_tokens), a token id outside the vocabulary,
             an oversized body (413), too many connections (503), a full queue (503), unknown
@@ -148,6 +149,21 @@ def metrics_check(s):
           f"metrics: 7 steps computed 5 + 6 tokens ({d('vllm:iteration_tokens_total_sum'):.0f} in "
           f"{d('vllm:iteration_tokens_total_count'):.0f})")
     check(after["vllm:num_preemptions_total"] == 0, "metrics: no preemptions")
+    # A prompt counts at its first token, not at its request's end: mid-stream it is there.
+    before = s.metrics()
+    c = s.conn()
+    c.request("POST", "/v1/completions", body=json.dumps({"prompt": [1, 2, 3, 4, 5, 6], "max_tokens": 400,
+                                                          "stream": True}), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    while not r.fp.readline().startswith(b"data: "):
+        pass
+    mid = s.metrics()
+    check(mid["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == 6 and
+          mid["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"] == 6 and
+          mid["vllm:e2e_request_latency_seconds_count"] == before["vllm:e2e_request_latency_seconds_count"],
+          "metrics: a prompt's 6 tokens counted at its first token, its request still running")
+    leave(c, r)
+    wait_for(lambda: s.metrics()["vllm:num_requests_running"] == 0 or None, 60, "the stream left")
 
 
 def error_checks(s, model, port):
