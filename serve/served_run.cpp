@@ -170,8 +170,16 @@ void ServedRun::on_token(const Request& r, Time at) {
       stats_.itl.add(to_seconds(at - previous));
     }
   }
-  if (outbox_) outbox_->push({Note::Kind::Token, RequestStatus::Running, FailReason::None, r.id, t, at});
+  if (outbox_) event_tokens_.push_back({Note::Kind::Token, RequestStatus::Running, FailReason::None, r.id, t, at});
 }
+
+void ServedRun::hand_over_tokens() {
+  if (!outbox_ || event_tokens_.empty()) return;
+  outbox_->push(event_tokens_);
+  event_tokens_.clear();
+}
+
+void ServedRun::on_event_done() { hand_over_tokens(); }
 
 // A finished request's phases and sizes, as vLLM records them at a request's end (finished ones
 // only: a cancelled or failed request has no decode phase to speak of).
@@ -211,6 +219,7 @@ void ServedRun::on_request_done(const Request& r) {
       }
     }
   }
+  hand_over_tokens();  // a request's tokens before its end
   if (outbox_) outbox_->push({Note::Kind::End, r.status, r.fail_reason, r.id, 0, r.finish});
 }
 

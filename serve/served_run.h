@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,13 +43,21 @@ class Outbox {
   explicit Outbox(std::function<void()> wake) : wake_(std::move(wake)) {}
   // --chunk-timestamps: each note carries the instant it was pushed (the benchmark's split).
   void set_stamps(bool on) { stamps_ = on; }
-  void push(const Note& n) {
+  void push(const Note& n) { push(std::span<const Note>(&n, 1)); }
+  // Several at once (a step's tokens): one lock and at most one wake-up for all of them, so the
+  // HTTP side is not woken while the loop is still handing them over.
+  void push(std::span<const Note> notes) {
+    if (notes.empty()) return;
     bool was_empty;
     {
       std::lock_guard lock(mu_);
       was_empty = notes_.empty();
-      notes_.push_back(n);
-      if (stamps_) notes_.back().pushed_ns = steady_ns();
+      const size_t first = notes_.size();
+      notes_.insert(notes_.end(), notes.begin(), notes.end());
+      if (stamps_) {
+        const int64_t now = steady_ns();
+        for (size_t i = first; i < notes_.size(); ++i) notes_[i].pushed_ns = now;
+      }
     }
     if (was_empty) wake_();
   }
@@ -145,6 +154,7 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
   void on_step(const StepRecord& r) override;
   void on_token(const Request& r, Time at) override;
   void on_request_done(const Request& r) override;
+  void on_event_done() override;
   std::span<const Token> prompt(ReqId id) const override {
     std::lock_guard lock(prompts_mu_);
     return prompts_[size_t(id)];  // its ids stay where they are while prompts_ grows
@@ -168,7 +178,9 @@ class ServedRun final : public run_observer_i, public client_prompts_i {
   };
   std::vector<Delivered> delivered_;  // by id (loop thread)
   Delivered& delivered(ReqId id);
-  std::vector<double> kv_use_;         // by instance, from its last step
+  std::vector<double> kv_use_;      // by instance, from its last step
+  std::vector<Note> event_tokens_;  // the current event's tokens, for the outbox at its end (loop thread)
+  void hand_over_tokens();
   std::atomic<int64_t> num_alive_{0};  // submitted (HTTP thread) and not ended (loop thread)
   int64_t num_scheduled_alive_ = 0;    // loop thread
   void publish_counts();

@@ -70,6 +70,7 @@ Summary Engine::run() {
     // A wall clock may already be past the event (the loop was busy running a step).
     now_ = std::max(e.time, clock_.now());
     std::visit([this](const auto& ev) { on(ev); }, e.event);
+    for (run_observer_i* o : observers_) o->on_event_done();
     // Take in everything that happens at this instant before planning the next steps.
     if (events_.empty() || events_.top().time > now_) start_idle_instances();
   }

@@ -14,13 +14,13 @@
 #include "backend/executor.h"
 #include "backend/transfer/channel.h"
 #include "sim/engine/clock.h"
-#include "sim/workload/config.h"
 #include "sim/engine/events.h"
 #include "sim/engine/inbox.h"
 #include "sim/engine/instance.h"
 #include "sim/engine/metrics.h"
-#include "sim/workload/prompt_hashes.h"
 #include "sim/engine/topology.h"
+#include "sim/workload/config.h"
+#include "sim/workload/prompt_hashes.h"
 #include "sim/workload/workload_gen.h"
 
 namespace tandem {
@@ -39,6 +39,9 @@ class run_observer_i {
     (void)r;
     (void)at;
   }
+  // The loop has handled one event (all of a step's tokens, say): what an observer gathered
+  // during it can leave together (tandem serve hands a step's tokens to its front end at once).
+  virtual void on_event_done() {}
 };
 
 // Prompts given as token ids by clients (`tandem serve`), instead of generated from the seed.
