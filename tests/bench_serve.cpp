@@ -9,7 +9,8 @@
 // pushed into the outbox (loop), -> the io thread's drain began (wake), -> the chunk made (its
 // place in the drain), -> in this client's socket (send: the drain's sends, done at its end, and
 // loopback; the kernel's receive stamp), -> read here (client); and emitted -> in the client's
-// socket, p50/p99: the added latency without this client's own reading.
+// socket, p50/p99: the added latency without this client's own reading. Before each level it
+// probes the idle machine for 2 s (1 ms sleeps woken over 1 ms late: the VM's own stalls).
 //   bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N] [--split]
 #include <fmt/format.h>
 
@@ -33,6 +34,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -186,6 +188,28 @@ class Stream : public std::enable_shared_from_this<Stream> {
   bool finished_ = false;
 };
 
+// The machine's own stalls, measured just before a level with nothing of the benchmark running:
+// a thread sleeping 1 ms at a time for `secs`, and how often it woke over 1 ms late. On a shared
+// VM a stall of a few ms hits a whole step's chunks, so a short run's p99 follows these, not the
+// server (2026-12-06: a few a second here with the machine otherwise idle).
+struct Stalls {
+  int64_t over_1ms = 0;
+  double max_ms = 0, secs = 0;
+};
+Stalls probe_stalls(double secs) {
+  Stalls s;
+  s.secs = secs;
+  const int64_t end = mono_ns() + int64_t(secs * 1e9);
+  while (mono_ns() < end) {
+    const int64_t t0 = mono_ns();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const double late_ms = double(mono_ns() - t0) * 1e-6 - 1.0;
+    s.over_1ms += late_ms > 1.0;
+    s.max_ms = std::max(s.max_ms, late_ms);
+  }
+  return s;
+}
+
 double pct(std::vector<int64_t>& v, double p) {
   if (v.empty()) return 0;
   const size_t k = std::min(v.size() - 1, size_t(p / 100 * double(v.size())));
@@ -264,6 +288,7 @@ int main(int argc, char** argv) {
               "failed", "load (1/5/15 min)");
   int rc = 0;
   for (int n : streams) {
+    const Stalls stalls = probe_stalls(2.0);
     asio::io_context io;
     Stats st;
     st.split = split;
@@ -283,6 +308,10 @@ int main(int argc, char** argv) {
     std::printf("%8d %10lld %12.0f %14.3f %14.3f %8lld  %s\n", n, static_cast<long long>(st.tokens),
                 secs > 0 ? double(st.tokens) / secs : 0.0, pct(st.added_ns, 50) * 1e-6, pct(st.added_ns, 99) * 1e-6,
                 static_cast<long long>(st.failed), loadavg().c_str());
+    std::printf(
+        "%8s  the machine just before (idle): 1 ms sleeps for %.0f s woke over 1 ms late %lld times, the "
+        "latest by %.2f ms\n",
+        "", stalls.secs, static_cast<long long>(stalls.over_1ms), stalls.max_ms);
     if (split) {
       std::printf("%8s  where the added latency went, per chunk, p50/p99 ms:", "");
       const std::pair<const char*, std::vector<int64_t>*> parts[] = {{"loop", &st.loop_ns},
