@@ -4,25 +4,31 @@
 // and reports the streamed tokens per second (all chunks received over the time from the first
 // request sent to the last chunk received) and the added latency per chunk: its receipt here
 // minus the engine instant it was emitted at (the server's `: t=` comment, CLOCK_MONOTONIC ns on
-// both sides), p50 and p99. The client is one Asio thread; the machine's load is printed beside.
+// both sides), p50 and p99. The client reads with plain epoll (level-triggered, one recvmsg per
+// ready socket: it costs its own CPU time per chunk, printed beside, and shares the cores with the
+// server); the machine's load is printed beside.
 // --split also prints where the added latency went, p50/p99 of each part per chunk: emitted ->
 // pushed into the outbox (loop), -> the io thread's drain began (wake), -> the chunk made (its
 // place in the drain), -> in this client's socket (send: the drain's sends, done at its end, and
 // loopback; the kernel's receive stamp), -> read here (client); and emitted -> in the client's
 // socket, p50/p99: the added latency without this client's own reading. Before each level it
 // probes the idle machine for 2 s (1 ms sleeps woken over 1 ms late: the VM's own stalls).
+// --client-threads N splits the streams over N reading threads, each with its own epoll (1: one).
 //   bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N] [--split]
+//                               [--client-threads N]
 #include <fmt/format.h>
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange unincluded
-
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
 #include <array>
-#include <boost/asio.hpp>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -31,14 +37,13 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <iterator>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
 
 namespace {
 
@@ -54,6 +59,7 @@ std::string loadavg() {
   return a + " " + b + " " + c;
 }
 
+// One reading thread's figures (merged after the level).
 struct Stats {
   int64_t tokens = 0, done = 0, failed = 0;
   int64_t first_sent = 0, last_chunk = 0;
@@ -79,114 +85,142 @@ int64_t field(std::string_view l, std::string_view key) {
   return std::strtoll(l.data() + at + key.size(), nullptr, 10);
 }
 
-class Stream : public std::enable_shared_from_this<Stream> {
- public:
-  Stream(asio::io_context& io, Stats& st, std::string request) : sock_(io), st_(st), req_(std::move(request)) {}
-  void start(const tcp::endpoint& ep) {
-    sock_.async_connect(ep, [self = shared_from_this()](boost::system::error_code ec) {
-      if (ec) return self->fail();
-      self->sock_.set_option(tcp::no_delay(true));
-      if (self->st_.split) {
-        const int on = 1;
-        setsockopt(self->sock_.native_handle(), SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
-        self->sock_.non_blocking(true);
-      }
-      if (self->st_.first_sent == 0) self->st_.first_sent = mono_ns();
-      asio::async_write(self->sock_, asio::buffer(self->req_), [self](boost::system::error_code e, size_t) {
-        if (e) return self->fail();
-        self->read();
-      });
-    });
-  }
+// One streamed completion: its socket and what it has read so far.
+struct Stream {
+  int fd = -1;
+  std::string line;       // the part of a line not ended yet
+  int64_t kernel_at = 0;  // --split: the last read's kernel receive stamp (CLOCK_MONOTONIC ns)
+  bool finished = false;  // [DONE] read
+};
 
- private:
-  void read() {
-    if (st_.split) return read_stamped();
-    sock_.async_read_some(asio::buffer(buf_), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-      const int64_t now = mono_ns();
-      if (n) self->parse(std::string_view(self->buf_.data(), n), now);
-      if (ec) {
-        if (!self->finished_) self->fail();
-        return;
+void append(Stats& into, const Stats& from) {
+  into.tokens += from.tokens;
+  into.done += from.done;
+  into.failed += from.failed;
+  into.queued += from.queued;
+  if (from.first_sent && (!into.first_sent || from.first_sent < into.first_sent)) into.first_sent = from.first_sent;
+  into.last_chunk = std::max(into.last_chunk, from.last_chunk);
+  for (auto [to, v] : {std::pair{&into.added_ns, &from.added_ns},
+                       {&into.loop_ns, &from.loop_ns},
+                       {&into.wake_ns, &from.wake_ns},
+                       {&into.order_ns, &from.order_ns},
+                       {&into.kernel_ns, &from.kernel_ns},
+                       {&into.client_ns, &from.client_ns},
+                       {&into.at_socket_ns, &from.at_socket_ns}})
+    to->insert(to->end(), v->begin(), v->end());
+}
+
+// The SSE lines a read completed: a chunk's stamp (": t=..."), a token ("data: {"), the end.
+void parse(Stream& s, Stats& st, std::string_view data, int64_t now) {
+  s.line.append(data);
+  size_t start = 0;
+  for (size_t nl; (nl = s.line.find('\n', start)) != std::string::npos; start = nl + 1) {
+    const std::string_view l(s.line.data() + start, nl - start);
+    if (l.starts_with(": t=")) {
+      const int64_t at = field(l, ": t=");
+      st.added_ns.push_back(now - at);
+      if (st.split) {
+        const int64_t pushed = field(l, " p="), woke = field(l, " d="), written = field(l, " w=");
+        st.loop_ns.push_back(pushed - at);      // emitted -> in the outbox (the loop's thread)
+        st.wake_ns.push_back(woke - pushed);    // -> the io thread's drain began (its wake-up)
+        st.order_ns.push_back(written - woke);  // -> this chunk made (its place in the drain)
+        st.queued += field(l, " q=");
+        // The kernel's stamp is the last segment's arrival, which is this chunk's or a later one's
+        // in the same read (a read takes what has arrived): an upper bound for this chunk.
+        st.kernel_ns.push_back(s.kernel_at - written);  // -> in this client's socket (the drain's sends)
+        st.client_ns.push_back(now - s.kernel_at);      // -> read here (the client's own delay)
+        st.at_socket_ns.push_back(s.kernel_at - at);    // the added latency without the client's reading
       }
-      self->read();
-    });
+    } else if (l.starts_with("data: [DONE]")) {
+      s.finished = true;
+      ++st.done;
+    } else if (l.starts_with("data: {")) {
+      ++st.tokens;
+      st.last_chunk = now;
+    }
   }
-  // --split: recvmsg with the kernel's receive stamp (SO_TIMESTAMPNS: when the bytes reached this
-  // socket, i.e. the server's send on loopback), so the client's own delay is its own column.
-  void read_stamped() {
-    sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
-      if (ec) return self->fail();
-      for (;;) {
-        iovec iov{self->buf_.data(), self->buf_.size()};
-        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(timespec))];
-        msghdr m{};
-        m.msg_iov = &iov;
-        m.msg_iovlen = 1;
-        m.msg_control = ctl;
-        m.msg_controllen = sizeof ctl;
-        const ssize_t n = recvmsg(self->sock_.native_handle(), &m, 0);
-        const int64_t now = mono_ns();
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        if (n <= 0) {
-          if (!self->finished_) self->fail();
-          return;
-        }
-        self->kernel_at_ = 0;
+  s.line.erase(0, start);
+}
+
+// Opens a stream: connect (blocking, loopback), send the request, then non-blocking for epoll.
+bool open_stream(Stream& s, int port, const std::string& request, bool split) {
+  s.fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (s.fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int on = 1;
+  setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  if (split) setsockopt(s.fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
+  if (connect(s.fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) return false;
+  for (size_t sent = 0; sent < request.size();) {
+    const ssize_t k = send(s.fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    sent += size_t(k);
+  }
+  return fcntl(s.fd, F_SETFL, fcntl(s.fd, F_GETFL) | O_NONBLOCK) == 0;
+}
+
+// One reading thread: its streams on an epoll of its own, level-triggered, one recvmsg per ready
+// socket per wake-up, until each has read [DONE] or failed (or 120 s without a byte).
+void read_streams(std::span<Stream> streams, Stats& st) {
+  const int ep = epoll_create1(0);
+  size_t open = 0;
+  for (Stream& s : streams) {
+    if (s.fd < 0) {
+      ++st.failed;
+      continue;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = &s;
+    epoll_ctl(ep, EPOLL_CTL_ADD, s.fd, &ev);
+    ++open;
+  }
+  std::array<epoll_event, 256> ready{};
+  std::array<char, 16384> buf{};
+  while (open > 0) {
+    const int k = epoll_wait(ep, ready.data(), int(ready.size()), 120'000);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;  // no byte for 120 s: the streams left open count as failed below
+    for (int e = 0; e < k; ++e) {
+      Stream& s = *static_cast<Stream*>(ready[size_t(e)].data.ptr);
+      iovec iov{buf.data(), buf.size()};
+      alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(timespec))];
+      msghdr m{};
+      m.msg_iov = &iov;
+      m.msg_iovlen = 1;
+      m.msg_control = ctl;
+      m.msg_controllen = sizeof ctl;
+      const ssize_t n = recvmsg(s.fd, &m, 0);
+      const int64_t now = mono_ns();
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (n > 0) {
         for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
           if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
             timespec t{};
             std::memcpy(&t, CMSG_DATA(c), sizeof t);
-            self->kernel_at_ = int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec - self->st_.realtime_minus_mono;
+            s.kernel_at = int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec - st.realtime_minus_mono;
           }
-        self->parse(std::string_view(self->buf_.data(), size_t(n)), now);
+        parse(s, st, std::string_view(buf.data(), size_t(n)), now);
       }
-      self->read_stamped();
-    });
-  }
-  void parse(std::string_view data, int64_t now) {
-    line_.append(data);
-    size_t start = 0;
-    for (size_t nl; (nl = line_.find('\n', start)) != std::string::npos; start = nl + 1) {
-      const std::string_view l(line_.data() + start, nl - start);
-      if (l.starts_with(": t=")) {
-        const int64_t at = std::stoll(std::string(l.substr(4)));
-        st_.added_ns.push_back(now - at);
-        if (st_.split) {
-          const int64_t pushed = field(l, " p="), woke = field(l, " d="), written = field(l, " w=");
-          st_.loop_ns.push_back(pushed - at);      // emitted -> in the outbox (the loop's thread)
-          st_.wake_ns.push_back(woke - pushed);    // -> the io thread's drain began (its wake-up)
-          st_.order_ns.push_back(written - woke);  // -> this chunk made (its place in the drain)
-          st_.queued += field(l, " q=");
-          // The kernel's stamp is the last segment's arrival, which is this chunk's or a later one's
-          // in the same read (a read takes what has arrived): an upper bound for this chunk.
-          st_.kernel_ns.push_back(kernel_at_ - written);  // -> in this client's socket (the drain's sends)
-          st_.client_ns.push_back(now - kernel_at_);      // -> read here (the client's own delay)
-          st_.at_socket_ns.push_back(kernel_at_ - at);    // the added latency without the client's reading
-        }
-      } else if (l.starts_with("data: [DONE]")) {
-        finished_ = true;
-        ++st_.done;
-      } else if (l.starts_with("data: {")) {
-        ++st_.tokens;
-        st_.last_chunk = now;
+      if (n <= 0 || s.finished) {  // the end, or the server closed / failed it
+        epoll_ctl(ep, EPOLL_CTL_DEL, s.fd, nullptr);
+        close(s.fd);
+        s.fd = -1;
+        if (!s.finished) ++st.failed;
+        --open;
       }
     }
-    line_.erase(0, start);
   }
-  void fail() {
-    if (!finished_) ++st_.failed;
-    finished_ = true;
-  }
-
-  tcp::socket sock_;
-  Stats& st_;
-  std::string req_;
-  std::array<char, 16384> buf_{};
-  std::string line_;
-  int64_t kernel_at_ = 0;  // --split: the last read's kernel receive stamp (CLOCK_MONOTONIC ns)
-  bool finished_ = false;
-};
+  for (Stream& s : streams)
+    if (s.fd >= 0) {
+      close(s.fd);
+      ++st.failed;
+    }
+  close(ep);
+}
 
 // The machine's own stalls, measured just before a level with nothing of the benchmark running:
 // a thread sleeping 1 ms at a time for `secs`, and how often it woke over 1 ms late. On a shared
@@ -210,6 +244,25 @@ Stalls probe_stalls(double secs) {
   return s;
 }
 
+// CPU time (user + system) in ns: this process's, or process `pid`'s from /proc (clock ticks).
+int64_t own_cpu_ns() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (int64_t(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1'000'000 + u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1000;
+}
+int64_t process_cpu_ns(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));  // after "pid (comm) "
+  std::string field;
+  int64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {  // fields 14 and 15: utime, stime
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) stime = std::stoll(field);
+  }
+  return (utime + stime) * (1'000'000'000 / sysconf(_SC_CLK_TCK));
+}
+
 double pct(std::vector<int64_t>& v, double p) {
   if (v.empty()) return 0;
   const size_t k = std::min(v.size() - 1, size_t(p / 100 * double(v.size())));
@@ -223,11 +276,12 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(
         stderr,
-        "usage: bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N] [--split]\n");
+        "usage: bench_serve TANDEM WORKLOAD [--streams 64,256,1024] [--max-tokens N] [--prompt-len N] [--split]\n"
+        "                   [--client-threads N]\n");
     return 2;
   }
   std::vector<int> streams = {64, 256, 1024};
-  int max_tokens = 200, prompt_len = 32;
+  int max_tokens = 200, prompt_len = 32, client_threads = 1;
   bool split = false;
   for (int i = 3; i < argc; i += 2) {
     const std::string k = argv[i];
@@ -246,6 +300,8 @@ int main(int argc, char** argv) {
       max_tokens = std::stoi(v);
     } else if (k == "--prompt-len") {
       prompt_len = std::stoi(v);
+    } else if (k == "--client-threads") {
+      client_threads = std::max(1, std::stoi(v));
     }
   }
   rlimit r{};
@@ -279,35 +335,57 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_serve: the server did not start\n");
     return 1;
   }
-  std::string prompt = "[";
-  for (int i = 0; i < prompt_len; ++i) prompt += fmt::format("{}{}", i ? "," : "", 1000 + i);
-  prompt += "]";
-  std::printf("tandem serve front-end benchmark: %s, --backend sim, %d tokens a stream, prompt %d tokens\n", argv[2],
-              max_tokens, prompt_len);
+  std::string prompt_ids;  // "1000,1001,...": each stream's prompt is its own first id, then these
+  for (int i = 0; i < prompt_len; ++i) prompt_ids += fmt::format("{}{}", i ? "," : "", 1000 + i);
+  std::printf(
+      "tandem serve front-end benchmark: %s, --backend sim, %d tokens a stream, prompt %d tokens, %d client "
+      "thread(s)\n",
+      argv[2], max_tokens, prompt_len, client_threads);
   std::printf("%8s %10s %12s %14s %14s %8s  %s\n", "streams", "tokens", "tokens/s", "added p50 ms", "added p99 ms",
               "failed", "load (1/5/15 min)");
   int rc = 0;
   for (int n : streams) {
     const Stalls stalls = probe_stalls(2.0);
-    asio::io_context io;
     Stats st;
     st.split = split;
     st.realtime_minus_mono = real_ns() - mono_ns();
-    const tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), uint16_t(port));
+    const int64_t client_cpu0 = own_cpu_ns(), server_cpu0 = process_cpu_ns(pid);
+    std::vector<Stream> all(static_cast<size_t>(n));
+    st.first_sent = mono_ns();
     for (int i = 0; i < n; ++i) {
       // Each its own prompt (no prefix hits across streams).
-      const std::string body = fmt::format(R"({{"prompt":[{}{}],"max_tokens":{},"stream":true}})", 7 + i,
-                                           "," + prompt.substr(1, prompt.size() - 2), max_tokens);
+      const std::string body =
+          fmt::format(R"({{"prompt":[{},{}],"max_tokens":{},"stream":true}})", 7 + i, prompt_ids, max_tokens);
       const std::string req = fmt::format(
           "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
           body.size(), body);
-      std::make_shared<Stream>(io, st, req)->start(ep);
+      Stream& s = all[size_t(i)];
+      if (!open_stream(s, port, req, split) && s.fd >= 0) {
+        close(s.fd);
+        s.fd = -1;
+      }
     }
-    io.run();
+    // Thread t reads the t-th contiguous share of the streams.
+    const int threads = std::min(client_threads, n);
+    std::vector<Stats> part(static_cast<size_t>(threads));
+    std::vector<std::thread> readers;
+    for (int t = 0; t < threads; ++t) {
+      part[size_t(t)].split = split;
+      part[size_t(t)].realtime_minus_mono = st.realtime_minus_mono;
+      const size_t from = size_t(n) * size_t(t) / size_t(threads), to = size_t(n) * size_t(t + 1) / size_t(threads);
+      readers.emplace_back(read_streams, std::span<Stream>(all).subspan(from, to - from), std::ref(part[size_t(t)]));
+    }
+    for (std::thread& t : readers) t.join();
+    for (const Stats& p : part) append(st, p);
+    const double chunks = double(std::max<int64_t>(1, st.tokens));
+    const double client_us = double(own_cpu_ns() - client_cpu0) * 1e-3 / chunks;
+    const double server_us = double(process_cpu_ns(pid) - server_cpu0) * 1e-3 / chunks;
     const double secs = double(st.last_chunk - st.first_sent) * 1e-9;
     std::printf("%8d %10lld %12.0f %14.3f %14.3f %8lld  %s\n", n, static_cast<long long>(st.tokens),
                 secs > 0 ? double(st.tokens) / secs : 0.0, pct(st.added_ns, 50) * 1e-6, pct(st.added_ns, 99) * 1e-6,
                 static_cast<long long>(st.failed), loadavg().c_str());
+    std::printf("%8s  CPU time per chunk streamed: server %.1f us, this client %.1f us (user + system, whole level)\n",
+                "", server_us, client_us);
     std::printf(
         "%8s  the machine just before (idle): 1 ms sleeps for %.0f s woke over 1 ms late %lld times, the "
         "latest by %.2f ms\n",
