@@ -1,16 +1,14 @@
-// The front end's second sender: a thread that sends a large batch of socket writes together with
-// the io thread, each taking the next write not yet taken. At GPU pace a step's tokens reach the
-// io thread at once, one chunk for each of up to max_num_seqs sockets, and each loopback send
-// costs a few µs of kernel time (the receiver's TCP path and its wake-up run in the sender's
-// syscall): one thread sending 256 of them in a row makes the last stream wait for the other 255.
-// Only the ::send calls run here: the sessions' state stays on the io thread, which waits for this
-// thread to be done before it goes on, so no socket is closed or buffer touched while a send is
-// under way.
+// The front end's second sender: a thread that sends half of a large batch of socket writes while
+// the io thread sends the other half. At GPU pace a step's tokens reach the io thread at once, one
+// chunk for each of up to max_num_seqs sockets, and each loopback send costs a few µs of kernel
+// time (the receiver's TCP path and its wake-up run in the sender's syscall): one thread sending
+// 256 of them in a row makes the last stream wait for the other 255. Only the ::send calls run
+// here: the sessions' state stays on the io thread, which waits for this thread's half before it
+// goes on, so no socket is closed or buffer touched while a send is under way.
 #pragma once
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstddef>
@@ -47,27 +45,22 @@ class ParallelSend {
   ParallelSend(const ParallelSend&) = delete;
   ParallelSend& operator=(const ParallelSend&) = delete;
 
-  // Sends every job, on this object's thread and on the caller's, each taking the next job not yet
-  // taken; returns when all are sent (or refused: each job's sent and err say). Taken one at a
-  // time rather than in halves: when one thread's core stalls (a VM's vCPU descheduled for a few
-  // ms), only the send it is in waits, while the other thread sends the rest.
+  // Sends every job, the first half on this object's thread and the rest on the caller's; returns
+  // when all are sent (or refused: each job's sent and err say).
   void send_all(std::span<SendJob> jobs) {
+    const size_t half = jobs.size() / 2;
     {
       std::lock_guard lock(mu_);
-      work_ = jobs;
-      next_.store(0, std::memory_order_relaxed);
+      work_ = jobs.first(half);
       busy_ = true;
     }
     cv_.notify_one();
-    send_taken(jobs);
+    for (SendJob& j : jobs.subspan(half)) send_now(j);
     std::unique_lock lock(mu_);
     cv_.wait(lock, [this] { return !busy_; });
   }
 
  private:
-  void send_taken(std::span<SendJob> jobs) {
-    for (size_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < jobs.size();) send_now(jobs[i]);
-  }
   void loop() {
     std::unique_lock lock(mu_);
     for (;;) {
@@ -75,7 +68,7 @@ class ParallelSend {
       if (busy_) {
         const std::span<SendJob> work = work_;
         lock.unlock();
-        send_taken(work);
+        for (SendJob& j : work) send_now(j);
         lock.lock();
         busy_ = false;
         cv_.notify_all();  // the io thread waits on the same variable
@@ -87,8 +80,7 @@ class ParallelSend {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::span<SendJob> work_;      // guarded by mu_
-  std::atomic<size_t> next_{0};  // the next job to take (both threads)
+  std::span<SendJob> work_;  // guarded by mu_
   bool busy_ = false, stop_ = false;
   std::thread thread_;  // last: it starts once the rest is made
 };
