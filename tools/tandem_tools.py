@@ -882,15 +882,15 @@ class TimeKeeper:
 # ---------------------------------------------------------------------------------------------
 # Command line: compare
 
-def serve_start(tool, tandem, workload, backend, out):
-    """Starts `tandem serve WORKLOAD --backend B --listen 127.0.0.1:0 --out OUT --trace none` and waits
-    for its `listening on` line. Returns (the process, its base URL, the model id GET /v1/models
+def serve_start(tool, tandem, workload, backend, out, serve_args=()):
+    """Starts `tandem serve WORKLOAD --backend B --listen 127.0.0.1:0 --out OUT --trace none SERVE_ARGS`
+    and waits for its `listening on` line. Returns (the process, its base URL, the model id GET /v1/models
     names); exits naming `tool` when the server does not start. After that line a thread drains the
     server's stderr, so it never blocks on a full pipe."""
     import http.client
     import threading
     proc = subprocess.Popen([tandem, "serve", workload, "--backend", backend, "--listen", "127.0.0.1:0",
-                             "--out", out, "--trace", "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             "--out", out, "--trace", "none", *serve_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     port = None
     for line in proc.stderr:
