@@ -130,3 +130,27 @@ def wait_for(pred, timeout=60, what="condition"):
 def raw_socket(port, timeout=30):
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     return s
+
+
+def check(cond, what):
+    """Raises AssertionError(what) unless cond; prints `ok: what` when it holds."""
+    if not cond:
+        raise AssertionError(what)
+    print(f"  ok: {what}")
+
+
+def run_bench_client_tool(tool, tandem, src, out, *args):
+    """Runs tools/TOOL (a third-party benchmark client against tandem serve: sglang-bench, vllm-bench)
+    on workloads/serve_sim.yaml into OUT with ARGS and returns its OUT/table.json; None when the tool
+    skipped (exit 77: its venv is not installed), having printed why."""
+    import sys
+    p = subprocess.run([sys.executable, os.path.join(src, "tools", tool), "--tandem", tandem,
+                        "--workload", os.path.join(src, "workloads", "serve_sim.yaml"), "--out", out, *args],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode == 77:
+        print(p.stderr.strip())
+        return None
+    print(p.stdout)
+    check(p.returncode == 0, f"tools/{tool} exit 0 ({p.stderr.strip()[-500:]})")
+    with open(os.path.join(out, "table.json")) as f:
+        return json.load(f)

@@ -9,32 +9,21 @@ client's own work come on top). Skips (77) without .venv-sglang-bench (tools/set
 
 Usage: serve_sglang_bench_test.py TANDEM SOURCE_DIR
 """
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-    print(f"  ok: {what}")
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from serve_helpers import check, run_bench_client_tool  # noqa: E402
 
 
 def main():
     tandem, src = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as tmp:
-        p = subprocess.run([sys.executable, os.path.join(src, "tools", "sglang-bench"), "--tandem", tandem,
-                            "--workload", os.path.join(src, "workloads", "serve_sim.yaml"), "--num-prompts", "24",
-                            "--request-rate", "12", "--input-len", "256", "--output-len", "32", "--out", tmp],
-                           capture_output=True, text=True, timeout=600)
-        if p.returncode == 77:
-            print(p.stderr.strip())
+        t = run_bench_client_tool("sglang-bench", tandem, src, tmp, "--num-prompts", "24",
+                                  "--request-rate", "12", "--input-len", "256", "--output-len", "32")
+        if t is None:
             return 77
-        print(p.stdout)
-        check(p.returncode == 0, f"tools/sglang-bench exit 0 ({p.stderr.strip()[-500:]})")
-        t = json.load(open(os.path.join(tmp, "table.json")))
         check(t["completed"] == 24, f"the client completed {t['completed']} of 24 requests")
         check(t["served_finished"] == 24 + t["served_warmup_requests"] and t["served_warmup_requests"] >= 0,
               f"tandem finished {t['served_finished']}: the 24 and {t['served_warmup_requests']} warm-up")

@@ -882,6 +882,65 @@ class TimeKeeper:
 # ---------------------------------------------------------------------------------------------
 # Command line: compare
 
+def serve_start(tool, tandem, workload, backend, out, serve_args=()):
+    """Starts `tandem serve WORKLOAD --backend B --listen 127.0.0.1:0 --out OUT --trace none SERVE_ARGS`
+    and waits for its `listening on` line. Returns (the process, its base URL, the model id GET /v1/models
+    names); exits naming `tool` when the server does not start. After that line a thread drains the
+    server's stderr, so it never blocks on a full pipe."""
+    import http.client
+    import threading
+    proc = subprocess.Popen([tandem, "serve", workload, "--backend", backend, "--listen", "127.0.0.1:0",
+                             "--out", out, "--trace", "none", *serve_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    port = None
+    for line in proc.stderr:
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    if port is None:
+        proc.kill()
+        sys.exit("%s: tandem serve %s did not start (exit %s)" % (tool, workload, proc.wait()))
+    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/v1/models")
+    model = json.loads(c.getresponse().read())["data"][0]["id"]
+    c.close()
+    return proc, "http://127.0.0.1:%d" % port, model
+
+
+def serve_stop(proc):
+    """Stops `tandem serve` with SIGINT, as a user would: it then writes its --out folder (requests.csv,
+    summary.json, served_workload.yaml)."""
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=300)
+
+
+def replay_served(tandem, served, sim):
+    """`tandem run` of the arrivals `tandem serve` recorded (served/served_workload.yaml), in simulated
+    time, into `sim`."""
+    subprocess.run([tandem, "run", os.path.join(served, "served_workload.yaml"), "--out", sim, "--quiet",
+                    "--trace", "none"], check=True)
+
+
+def client_served_sim_table(client_name, client, served, sim, table):
+    """Prints TTFT, TPOT and ITL (mean, p50, p99, ms) as a benchmark client measured them (`client`: its
+    result's mean_ttft_ms, median_ttft_ms, p99_ttft_ms ... keys, as vLLM's and SGLang's clients both
+    write them), as tandem recorded them (served/summary.json) and as `tandem run` of the recorded
+    arrivals predicts them (sim/summary.json); appends the rows to table["rows"]."""
+    rec, pred = read_summary(served), read_summary(sim)
+    print(f"{'ms':<34} {'mean':>9}  {'p50':>9}  {'p99':>9}")
+    for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl")):
+        for who, m in ((f"{name} {client_name}", {"mean": client.get(f"mean_{key}_ms"),
+                                                  "p50": client.get(f"median_{key}_ms"),
+                                                  "p99": client.get(f"p99_{key}_ms")}),
+                       (f"{name} tandem served (record)", rec[f"{key}_ms"]),
+                       (f"{name} tandem run (simulated)", pred[f"{key}_ms"])):
+            vals = [m.get(k) for k in ("mean", "p50", "p99")]
+            table["rows"].append({"metric": who, "mean": vals[0], "p50": vals[1], "p99": vals[2]})
+            print(f"{who:<34} " + "  ".join(f"{v:9.2f}" if v is not None else f"{'-':>9}" for v in vals))
+
+
 def compare_main(argv):
     ap = argparse.ArgumentParser(prog="tandem_tools.py compare",
                                  description="Simulated vs measured run folders: the error table.")
