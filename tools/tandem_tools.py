@@ -882,26 +882,32 @@ class TimeKeeper:
 # ---------------------------------------------------------------------------------------------
 # Command line: compare
 
+def listening_port(proc):
+    """The port a `tandem serve --listen HOST:0` process (stderr piped, text) says it listens on,
+    None if it ends first. After that line a thread drains its stderr, so it never blocks on a full
+    pipe."""
+    import threading
+    for line in proc.stderr:
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if m:
+            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+            return int(m.group(1))
+    return None
+
+
 def serve_start(tool, tandem, workload, backend, out, serve_args=()):
     """Starts `tandem serve WORKLOAD --backend B --listen 127.0.0.1:0 --out OUT --trace none SERVE_ARGS`
     and waits for its `listening on` line. Returns (the process, its base URL, the model id GET /v1/models
     names); exits naming `tool` when the server does not start. After that line a thread drains the
     server's stderr, so it never blocks on a full pipe."""
     import http.client
-    import threading
     proc = subprocess.Popen([tandem, "serve", workload, "--backend", backend, "--listen", "127.0.0.1:0",
                              "--out", out, "--trace", "none", *serve_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    port = None
-    for line in proc.stderr:
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
+    port = listening_port(proc)
     if port is None:
         proc.kill()
         sys.exit("%s: tandem serve %s did not start (exit %s)" % (tool, workload, proc.wait()))
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request("GET", "/v1/models")
     model = json.loads(c.getresponse().read())["data"][0]["id"]

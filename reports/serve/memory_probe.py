@@ -14,11 +14,15 @@ request over the previous row. Standard library only.
 import argparse
 import http.client
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import threading
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import tandem_tools  # noqa: E402
 
 
 def rss_kib(pid):
@@ -37,16 +41,10 @@ def main():
     counts = [int(x) for x in a.requests.split(",")]
     p = subprocess.Popen([a.tandem, "serve", a.workload, "--backend", "sim", "--listen", "127.0.0.1:0"] + serve_args,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    port = None
-    for line in p.stderr:
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
+    port = tandem_tools.listening_port(p)
     if port is None:
         print("memory_probe: the server did not start", file=sys.stderr)
         return 1
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     c.request("GET", "/health")  # answered once the engine's run has started (its tables made)
     c.getresponse().read()
