@@ -35,7 +35,8 @@ cpu       workloads/cpu_tiny.yaml --backend cpu: the api checks, and golden: the
           client was streamed, and every served request's output_tokens, equal the run's, token
           for token
 pd-copy, pd-tcp   workloads/cpu_stage4_pd.yaml (1P1D on the CPU backend) over the copy / tcp
-          channel: the api checks, and /metrics counts KV transfers > 0
+          channel: the api checks, and /metrics counts KV transfers > 0; again with
+          disaggregation.first_token_from=decode (D streams the first token, after the transfer)
 """
 import csv
 import json
@@ -484,6 +485,19 @@ def main():
                 api_checks(s, model)
                 m = s.metrics()
                 check(m["tandem:kv_transfers_total"] > 0, f"KV transfers: {m['tandem:kv_transfers_total']:.0f}")
+            finally:
+                s.stop()
+            # The first token from D after the transfer (not from P's step): it reaches the client
+            # from the transfer's event, the rest from D's steps.
+            s = Server(tandem, wl("cpu_stage4_pd.yaml"), "--backend", "cpu", "--threads", "1", "--set",
+                       "disaggregation.enabled=true", "--set", f"disaggregation.channel.kind={kind}", "--set",
+                       "disaggregation.first_token_from=decode")
+            try:
+                print("first token from decode:")
+                api_checks(s, model)
+                m = s.metrics()
+                check(m["tandem:kv_transfers_total"] > 0 and m["vllm:request_prefill_time_seconds_count"] > 0,
+                      f"first token from D: KV transfers {m['tandem:kv_transfers_total']:.0f}")
             finally:
                 s.stop()
         else:
