@@ -576,6 +576,8 @@ void Frontend::Impl::cancel_all() {
 
 Frontend::Frontend(ServedRun& run, const FrontendOptions& o) : impl_(std::make_unique<Impl>(run, o)) {
   Impl& m = *impl_;
+  if (o.send_threads < 1 || o.send_threads > 2)  // before the port is taken
+    throw InputError(fmt::format("--send-threads {}: must be 1 or 2", o.send_threads));
   beast::error_code ec;
   const auto addr = asio::ip::make_address(o.host, ec);
   if (ec) throw InputError(fmt::format("--listen {}:{}: not an IP address", o.host, o.port));
@@ -586,8 +588,6 @@ Frontend::Frontend(ServedRun& run, const FrontendOptions& o) : impl_(std::make_u
   if (!ec) m.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw InputError(fmt::format("--listen {}:{}: {}", o.host, o.port, ec.message()));
   m.outbox.set_stamps(o.chunk_timestamps);
-  if (o.send_threads < 1 || o.send_threads > 2)
-    throw InputError(fmt::format("--send-threads {}: must be 1 or 2", o.send_threads));
   if (o.send_threads == 2) m.sender = std::make_unique<ParallelSend>();
   run.set_outbox(&m.outbox);
 }

@@ -294,8 +294,15 @@ def send_threads_check(tandem, workload):
         check(all(done and len(chunks) == 40 and all(len(c) == 1 for c in chunks) for chunks, done in got[threads]),
               f"--send-threads {threads}: 48 streams at once, 40 one-byte chunks each, then [DONE]")
     check(got["2"] == got["1"], "--send-threads 2 streams what --send-threads 1 does, chunk for chunk")
-    r = subprocess.run([tandem, "serve", workload, "--send-threads", "3"], capture_output=True, text=True, timeout=60)
-    check(r.returncode != 0 and "--send-threads 3" in r.stderr, "--send-threads 3 is refused, naming it")
+    # Refused before anything is set up: the port given is taken, and the error still names the option.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([tandem, "serve", workload, "--send-threads", "3", "--listen", f"127.0.0.1:{port}"],
+                           capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--send-threads 3" in r.stderr,
+          f"--send-threads 3 is refused, naming it, before the (taken) port ({r.stderr.strip()[-120:]})")
 
 
 def shutdown_check(s, tandem, out):
