@@ -4,8 +4,9 @@
 //   HTTP -> engine  submit / cancel / close post Submit, Cancel and Close into the engine's inbox
 //                   (a post wakes the loop's wall-clock wait); a prompt's ids are written into its
 //                   slot before its Submit is posted, and read on the loop's thread after
-//   engine -> HTTP  the observer (loop thread) appends Notes to the Outbox: a token, or the end of
-//                   a request; the first note into an empty outbox calls `wake` (the HTTP side
+//   engine -> HTTP  the observer (loop thread) gathers an event's tokens (a step's) and appends
+//                   them to the Outbox together when the loop says the event is done, then a
+//                   request's end; the first notes into an empty outbox call `wake` (the HTTP side
 //                   posts one drain onto its io_context), so a step's tokens cost one wake-up
 // With --backend sim every step takes the cost model's time: the loop waits on the wall clock
 // until the step's modelled end, so clients see the workload's hardware, not this machine.
