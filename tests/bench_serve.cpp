@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -142,8 +143,9 @@ void parse(Stream& s, Stats& st, std::string_view data, int64_t now) {
   s.line.erase(0, start);
 }
 
-// Opens a stream: connect (blocking, loopback), send the request, then non-blocking for epoll.
-bool open_stream(Stream& s, int port, const std::string& request, bool split) {
+// A stream's connection (blocking, loopback: the handshake completes in the kernel's backlog,
+// without waiting for the server to accept it).
+bool connect_stream(Stream& s, int port, bool split) {
   s.fd = socket(AF_INET, SOCK_STREAM, 0);
   if (s.fd < 0) return false;
   sockaddr_in a{};
@@ -153,7 +155,11 @@ bool open_stream(Stream& s, int port, const std::string& request, bool split) {
   const int on = 1;
   setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   if (split) setsockopt(s.fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
-  if (connect(s.fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) return false;
+  return connect(s.fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+}
+
+// Sends the request, then makes the socket non-blocking for its reader.
+bool send_request(Stream& s, const std::string& request) {
   for (size_t sent = 0; sent < request.size();) {
     const ssize_t k = send(s.fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (k <= 0) return false;
@@ -162,28 +168,30 @@ bool open_stream(Stream& s, int port, const std::string& request, bool split) {
   return fcntl(s.fd, F_SETFL, fcntl(s.fd, F_GETFL) | O_NONBLOCK) == 0;
 }
 
-// One reading thread: its streams on an epoll of its own, level-triggered, one recvmsg per ready
-// socket per wake-up, until each has read [DONE] or failed (or 120 s without a byte).
-void read_streams(std::span<Stream> streams, Stats& st) {
-  const int ep = epoll_create1(0);
-  size_t open = 0;
-  for (Stream& s : streams) {
-    if (s.fd < 0) {
-      ++st.failed;
-      continue;
-    }
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.ptr = &s;
-    epoll_ctl(ep, EPOLL_CTL_ADD, s.fd, &ev);
-    ++open;
-  }
+// One reading thread: an epoll of its own, level-triggered, one recvmsg per ready socket per
+// wake-up. Streams join it as their requests go out (the main thread adds each as soon as its
+// request is sent, so the first streams are read while the last requests go); it ends once every stream
+// dealt to it has read [DONE] or failed, or after 120 s without a byte.
+struct Reader {
+  int ep = epoll_create1(0);
+  std::atomic<size_t> added{0};    // streams added (main thread)
+  std::atomic<bool> dealt{false};  // every stream of the level has been dealt: `added` is final
+  Stats st;
+};
+
+void read_streams(Reader& r) {
+  Stats& st = r.st;
+  size_t ended = 0;
+  int64_t last_byte = mono_ns();
   std::array<epoll_event, 256> ready{};
   std::array<char, 16384> buf{};
-  while (open > 0) {
-    const int k = epoll_wait(ep, ready.data(), int(ready.size()), 120'000);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) break;  // no byte for 120 s: the streams left open count as failed below
+  while (!(r.dealt.load() && ended == r.added.load())) {
+    const int k = epoll_wait(r.ep, ready.data(), int(ready.size()), 50);
+    if (k < 0 && errno != EINTR) break;
+    if (k <= 0) {
+      if (mono_ns() - last_byte > 120'000'000'000) break;  // the streams left open count as failed
+      continue;
+    }
     for (int e = 0; e < k; ++e) {
       Stream& s = *static_cast<Stream*>(ready[size_t(e)].data.ptr);
       iovec iov{buf.data(), buf.size()};
@@ -197,6 +205,7 @@ void read_streams(std::span<Stream> streams, Stats& st) {
       const int64_t now = mono_ns();
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
       if (n > 0) {
+        last_byte = now;
         for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
           if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
             timespec t{};
@@ -206,20 +215,14 @@ void read_streams(std::span<Stream> streams, Stats& st) {
         parse(s, st, std::string_view(buf.data(), size_t(n)), now);
       }
       if (n <= 0 || s.finished) {  // the end, or the server closed / failed it
-        epoll_ctl(ep, EPOLL_CTL_DEL, s.fd, nullptr);
+        epoll_ctl(r.ep, EPOLL_CTL_DEL, s.fd, nullptr);
         close(s.fd);
         s.fd = -1;
         if (!s.finished) ++st.failed;
-        --open;
+        ++ended;
       }
     }
   }
-  for (Stream& s : streams)
-    if (s.fd >= 0) {
-      close(s.fd);
-      ++st.failed;
-    }
-  close(ep);
 }
 
 // The machine's own stalls, measured just before a level with nothing of the benchmark running:
@@ -350,33 +353,63 @@ int main(int argc, char** argv) {
     st.split = split;
     st.realtime_minus_mono = real_ns() - mono_ns();
     const int64_t client_cpu0 = own_cpu_ns(), server_cpu0 = process_cpu_ns(pid);
-    std::vector<Stream> all(static_cast<size_t>(n));
-    st.first_sent = mono_ns();
+    std::vector<Stream> all(static_cast<size_t>(n));  // never resized: epoll holds their addresses
+    // The readers first, so that each stream is read from its first chunk on; stream i goes to
+    // reader i % threads.
+    const int threads = std::min(client_threads, n);
+    std::vector<std::unique_ptr<Reader>> readers;
+    std::vector<std::thread> reading;
+    for (int t = 0; t < threads; ++t) {
+      readers.push_back(std::make_unique<Reader>());
+      readers.back()->st.split = split;
+      readers.back()->st.realtime_minus_mono = st.realtime_minus_mono;
+      reading.emplace_back(read_streams, std::ref(*readers.back()));
+    }
+    // All connections first, then the requests back to back (a burst, as clients opening streams
+    // together send them): a request sent while others still connect would have its first chunks
+    // wait behind the server's accepts.
+    std::vector<std::string> requests;
     for (int i = 0; i < n; ++i) {
       // Each its own prompt (no prefix hits across streams).
       const std::string body =
           fmt::format(R"({{"prompt":[{},{}],"max_tokens":{},"stream":true}})", 7 + i, prompt_ids, max_tokens);
-      const std::string req = fmt::format(
+      requests.push_back(fmt::format(
           "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
-          body.size(), body);
-      Stream& s = all[size_t(i)];
-      if (!open_stream(s, port, req, split) && s.fd >= 0) {
-        close(s.fd);
-        s.fd = -1;
+          body.size(), body));
+      if (!connect_stream(all[size_t(i)], port, split)) {
+        if (all[size_t(i)].fd >= 0) close(all[size_t(i)].fd);
+        all[size_t(i)].fd = -1;
+        ++st.failed;
       }
     }
-    // Thread t reads the t-th contiguous share of the streams.
-    const int threads = std::min(client_threads, n);
-    std::vector<Stats> part(static_cast<size_t>(threads));
-    std::vector<std::thread> readers;
-    for (int t = 0; t < threads; ++t) {
-      part[size_t(t)].split = split;
-      part[size_t(t)].realtime_minus_mono = st.realtime_minus_mono;
-      const size_t from = size_t(n) * size_t(t) / size_t(threads), to = size_t(n) * size_t(t + 1) / size_t(threads);
-      readers.emplace_back(read_streams, std::span<Stream>(all).subspan(from, to - from), std::ref(part[size_t(t)]));
+    st.first_sent = mono_ns();
+    for (int i = 0; i < n; ++i) {
+      Stream& s = all[size_t(i)];
+      if (s.fd < 0) continue;
+      if (!send_request(s, requests[size_t(i)])) {
+        close(s.fd);
+        s.fd = -1;
+        ++st.failed;
+        continue;
+      }
+      Reader& r = *readers[size_t(i % threads)];
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.ptr = &s;
+      epoll_ctl(r.ep, EPOLL_CTL_ADD, s.fd, &ev);
+      ++r.added;
     }
-    for (std::thread& t : readers) t.join();
-    for (const Stats& p : part) append(st, p);
+    for (auto& r : readers) r->dealt = true;
+    for (std::thread& t : reading) t.join();
+    for (auto& r : readers) {
+      append(st, r->st);
+      close(r->ep);
+    }
+    for (Stream& s : all)  // still open: a reader gave up on it (120 s without a byte)
+      if (s.fd >= 0) {
+        close(s.fd);
+        ++st.failed;
+      }
     const double chunks = double(std::max<int64_t>(1, st.tokens));
     const double client_us = double(own_cpu_ns() - client_cpu0) * 1e-3 / chunks;
     const double server_us = double(process_cpu_ns(pid) - server_cpu0) * 1e-3 / chunks;
