@@ -95,7 +95,7 @@ struct Frontend::Impl {
   std::vector<std::shared_ptr<Session>> batch;
   std::vector<SendJob> jobs;
   std::unique_ptr<ParallelSend> sender;  // null: --send-threads 1
-  int64_t drain_ns = 0;  // --chunk-timestamps: when the drain being run began (CLOCK_MONOTONIC)
+  int64_t drain_ns = 0;                  // --chunk-timestamps: when the drain being run began (CLOCK_MONOTONIC)
 
   void accept();
   void stop_when_written() {
@@ -574,10 +574,14 @@ void Frontend::Impl::cancel_all() {
   for (auto& s : sessions) s->shut_down_requests();
 }
 
+void check_send_threads(int send_threads) {
+  if (send_threads < 1 || send_threads > 2)
+    throw InputError(fmt::format("--send-threads {}: must be 1 or 2", send_threads));
+}
+
 Frontend::Frontend(ServedRun& run, const FrontendOptions& o) : impl_(std::make_unique<Impl>(run, o)) {
   Impl& m = *impl_;
-  if (o.send_threads < 1 || o.send_threads > 2)  // before the port is taken
-    throw InputError(fmt::format("--send-threads {}: must be 1 or 2", o.send_threads));
+  check_send_threads(o.send_threads);  // before the port is taken
   beast::error_code ec;
   const auto addr = asio::ip::make_address(o.host, ec);
   if (ec) throw InputError(fmt::format("--listen {}:{}: not an IP address", o.host, o.port));

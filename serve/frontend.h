@@ -37,6 +37,10 @@ struct FrontendOptions {
   bool chunk_timestamps = false;  // an SSE comment per chunk with the engine's instant (the benchmark)
 };
 
+// Throws InputError naming --send-threads unless it is 1 or 2 (the command checks it before the
+// backend's warm-up, the front end again before it takes the port).
+void check_send_threads(int send_threads);
+
 class Frontend {
  public:
   // Binds the listener (throws InputError naming the address when it cannot).

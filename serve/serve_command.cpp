@@ -171,9 +171,7 @@ int serve_command(const std::vector<std::string>& args) {
   fo.send_threads = vm["send-threads"].as<int>();
   if (fo.max_connections < 1 || fo.max_queue < 1 || fo.max_body_bytes < 1 || fo.drain_s < 0)
     throw InputError("--max-connections, --max-queue and --max-body-bytes must be at least 1, --drain-s at least 0");
-  // Checked here, before the backend's warm-up and the port, though the front end checks it too.
-  if (fo.send_threads < 1 || fo.send_threads > 2)
-    throw InputError(fmt::format("--send-threads {}: must be 1 or 2", fo.send_threads));
+  check_send_threads(fo.send_threads);  // before the backend's warm-up and the port
 
   ServeOptions so;
   so.backend = vm["backend"].as<std::string>();

@@ -104,7 +104,7 @@ struct LiveStats {
   // Counts: a finished request's prompt and output tokens and max_tokens (1-2-5 buckets up to the
   // model's max_model_len), and the tokens each step computes (prompt chunks and decode inputs).
   Histogram prompt_len, generation_len, max_tokens_param, step_tokens;
-  explicit LiveStats(int32_t max_model_len = 8192);
+  explicit LiveStats(int32_t max_model_len);
 };
 
 struct ServeOptions {
